@@ -1,0 +1,35 @@
+# PCN Lab: the README's commands. Every target that needs the environment runs `make deps` first.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PCNLAB  := $(VENV)/bin/pcnlab
+SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: deps test run p4 doctor clean up ssh bench
+
+deps:
+	@bash scripts/deps.sh
+
+test: deps
+	$(SUDO) $(PY) -m pytest $(PYTEST_ARGS)
+
+run: deps
+	$(SUDO) $(PCNLAB) slice --topology tree
+
+p4: deps
+	$(PCNLAB) p4
+
+doctor: deps
+	$(SUDO) $(PCNLAB) doctor
+
+clean: deps
+	$(SUDO) $(PCNLAB) clean
+
+bench: deps
+	$(SUDO) $(PY) -m pytest bench -p no:cacheprovider -q -s
+
+up:
+	vagrant up
+
+ssh:
+	vagrant ssh -c 'cd /vagrant && exec bash -l'

@@ -1,0 +1,34 @@
+/* Ingress: IPv4 longest-prefix-match forwarding. The controller installs one route per host. */
+#ifndef PCN_INGRESS_P4
+#define PCN_INGRESS_P4
+
+control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
+    action drop() {
+        mark_to_drop(std);
+    }
+
+    /* Next hop: the egress port and the destination MAC of the host the packet is for. */
+    action forward(port_t port, mac_t dst_mac) {
+        std.egress_spec = port;
+        hdr.ethernet.src = hdr.ethernet.dst;
+        hdr.ethernet.dst = dst_mac;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+
+    table ipv4_routes {
+        key = { hdr.ipv4.dst: lpm; }
+        actions = { forward; drop; }
+        default_action = drop();
+        size = 1024;
+    }
+
+    apply {
+        if (hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
+            ipv4_routes.apply();
+        } else {
+            drop();
+        }
+    }
+}
+
+#endif

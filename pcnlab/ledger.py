@@ -1,0 +1,252 @@
+"""What a run started, written down as it is started, so a crash can be cleaned up exactly.
+
+Each run keeps a ledger (JSON) in its run folder; an index entry in the state directory points at it
+while the run is live. `pcnlab clean` reads the entries whose owner process is gone and removes what
+they list: processes (identified by PID *and* start time, so a recycled PID is never hit), every
+process in a network namespace the run made (identified by the namespace's inode), and root-namespace
+interfaces (identified by name *and* ifindex). Nothing is matched by a name pattern.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DEFAULT_STATE_DIR = Path(os.environ.get("PCNLAB_STATE_DIR", "/run/pcnlab/runs"))
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of a process (clock ticks since boot), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields after its closing parenthesis are fixed.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def netns_inode(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def ifindex(name: str) -> int | None:
+    try:
+        return int(Path(f"/sys/class/net/{name}/ifindex").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class ProcessEntry:
+    pid: int
+    start_time: int
+    what: str
+
+    def alive(self) -> bool:
+        return process_start_time(self.pid) == self.start_time
+
+
+@dataclass
+class NamespaceEntry:
+    """A Mininet host: the shell that holds its network namespace, and that namespace's inode."""
+
+    node: str
+    pid: int
+    start_time: int
+    inode: int
+
+
+@dataclass
+class InterfaceEntry:
+    name: str
+    ifindex: int
+
+    def present(self) -> bool:
+        return ifindex(self.name) == self.ifindex
+
+
+@dataclass
+class LedgerData:
+    run_id: str
+    run_dir: str
+    owner_pid: int
+    owner_start_time: int
+    started_wall: float
+    processes: list[ProcessEntry] = field(default_factory=list)
+    namespaces: list[NamespaceEntry] = field(default_factory=list)
+    interfaces: list[InterfaceEntry] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, text: str) -> "LedgerData":
+        raw = json.loads(text)
+        return cls(
+            run_id=raw["run_id"],
+            run_dir=raw["run_dir"],
+            owner_pid=raw["owner_pid"],
+            owner_start_time=raw["owner_start_time"],
+            started_wall=raw["started_wall"],
+            processes=[ProcessEntry(**p) for p in raw.get("processes", [])],
+            namespaces=[NamespaceEntry(**n) for n in raw.get("namespaces", [])],
+            interfaces=[InterfaceEntry(**i) for i in raw.get("interfaces", [])],
+            files=list(raw.get("files", [])),
+        )
+
+    def owner_alive(self) -> bool:
+        return process_start_time(self.owner_pid) == self.owner_start_time
+
+
+class RunLedger:
+    """The ledger of one live run. Every add_* call is written to disk before it returns."""
+
+    def __init__(self, run_id: str, run_dir: Path, state_dir: Path = DEFAULT_STATE_DIR):
+        self.path = Path(run_dir) / "started.json"
+        self.index_entry = Path(state_dir) / f"{run_id}.json"
+        pid = os.getpid()
+        self.data = LedgerData(
+            run_id=run_id,
+            run_dir=str(run_dir),
+            owner_pid=pid,
+            owner_start_time=process_start_time(pid) or 0,
+            started_wall=time.time(),
+        )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.index_entry.parent.mkdir(parents=True, exist_ok=True)
+        self._save()
+        if self.index_entry.is_symlink() or self.index_entry.exists():
+            self.index_entry.unlink()
+        self.index_entry.symlink_to(self.path.resolve())
+
+    def add_process(self, pid: int, what: str) -> None:
+        start = process_start_time(pid)
+        if start is not None:
+            self.data.processes.append(ProcessEntry(pid, start, what))
+            self._save()
+
+    def add_namespace(self, node: str, pid: int) -> None:
+        start, inode = process_start_time(pid), netns_inode(pid)
+        if start is not None and inode is not None:
+            self.data.namespaces.append(NamespaceEntry(node, pid, start, inode))
+            self._save()
+
+    def add_interface(self, name: str) -> None:
+        index = ifindex(name)  # None: not in our namespace (a host's side); it dies with the host
+        if index is not None and all(i.name != name for i in self.data.interfaces):
+            self.data.interfaces.append(InterfaceEntry(name, index))
+            self._save()
+
+    def add_file(self, path: str | Path) -> None:
+        self.data.files.append(str(path))
+        self._save()
+
+    def close(self) -> None:
+        """The run tore down what it started: it no longer needs cleaning."""
+        if self.index_entry.is_symlink() or self.index_entry.exists():
+            self.index_entry.unlink()
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.data), indent=1))
+        tmp.replace(self.path)
+
+
+@dataclass
+class CleanReport:
+    run_id: str
+    killed: list[str] = field(default_factory=list)
+    removed_interfaces: list[str] = field(default_factory=list)
+    removed_files: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"{len(self.killed)} processes", f"{len(self.removed_interfaces)} interfaces"]
+        if self.removed_files:
+            parts.append(f"{len(self.removed_files)} files")
+        return f"run {self.run_id}: removed " + ", ".join(parts)
+
+
+def stale_ledgers(state_dir: Path = DEFAULT_STATE_DIR) -> list[tuple[Path, LedgerData | None]]:
+    """Index entries whose owner is gone (None data: the ledger file itself is gone or unreadable)."""
+    found: list[tuple[Path, LedgerData | None]] = []
+    if not state_dir.is_dir():
+        return found
+    for entry in sorted(state_dir.glob("*.json")):
+        try:
+            data = LedgerData.from_json(entry.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            found.append((entry, None))
+            continue
+        if not data.owner_alive():
+            found.append((entry, data))
+    return found
+
+
+def clean_ledger(data: LedgerData) -> CleanReport:
+    """Remove exactly what the ledger lists, in the order that lets the kernel do the rest."""
+    report = CleanReport(data.run_id)
+    victims: dict[int, str] = {}
+    for proc in data.processes:
+        if proc.alive():
+            victims[proc.pid] = proc.what
+    # Every process inside one of the run's namespaces belongs to the run (workers, iperf3, ...).
+    inodes = {ns.inode: ns.node for ns in data.namespaces if process_start_time(ns.pid) == ns.start_time}
+    if inodes:
+        for pid_dir in Path("/proc").iterdir():
+            if pid_dir.name.isdigit():
+                node = inodes.get(netns_inode(int(pid_dir.name)) or -1)
+                if node is not None:
+                    victims.setdefault(int(pid_dir.name), f"process in {node}")
+    _terminate(victims, report)
+    for intf in data.interfaces:
+        if intf.present():
+            subprocess.run(["ip", "link", "del", intf.name], capture_output=True)
+            if not intf.present():
+                report.removed_interfaces.append(intf.name)
+    for name in data.files:
+        path = Path(name)
+        if path.exists() or path.is_symlink():
+            path.unlink()
+            report.removed_files.append(name)
+    return report
+
+
+def _terminate(victims: dict[int, str], report: CleanReport) -> None:
+    starts = {pid: process_start_time(pid) for pid in victims}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in victims:
+            if starts[pid] is not None and process_start_time(pid) == starts[pid]:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and any(
+            _running(pid, starts[pid]) for pid in victims
+        ):
+            time.sleep(0.05)
+    report.killed.extend(f"{what} (pid {pid})" for pid, what in victims.items())
+
+
+def _running(pid: int, start: int | None) -> bool:
+    if start is None or process_start_time(pid) != start:
+        return False
+    try:  # a zombie has exited; only its parent can reap it
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
+    reports = []
+    for entry, data in stale_ledgers(state_dir):
+        if data is not None:
+            reports.append(clean_ledger(data))
+        entry.unlink(missing_ok=True)
+    return reports

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what this machine lacks for PCN Lab, idempotently, and says what it did.
+#   Debian/Ubuntu packages, p4c + BMv2 (p4lang's Ubuntu packages), the project's .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "deps: $*"; }
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+. /etc/os-release 2>/dev/null || true
+
+# --- system packages -------------------------------------------------------------------------
+pkgs="mininet bridge-utils iperf3 iputils-ping tcpdump ethtool iproute2 procps util-linux python3-venv python3-thrift python3-dev gcc make"
+missing=$(for p in $pkgs; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done | tr '\n' ' ')
+if [ -n "${missing// /}" ]; then
+  say "installing Debian packages: $missing"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q >/dev/null
+  $SUDO apt-get install -y -q $missing >/tmp/pcnlab-apt.log 2>&1 || { say "apt-get failed, see /tmp/pcnlab-apt.log"; exit 1; }
+else
+  say "Debian packages present"
+fi
+
+# --- p4c and BMv2 ----------------------------------------------------------------------------
+if command -v p4c >/dev/null && command -v simple_switch_grpc >/dev/null; then
+  say "p4c $(p4c --version 2>&1 | tail -1 | awk '{print $2}') and $(simple_switch_grpc --version 2>&1 | head -1) present"
+elif [ "${ID:-}" = ubuntu ] && { [ "${VERSION_ID:-}" = 22.04 ] || [ "${VERSION_ID:-}" = 24.04 ]; }; then
+  say "installing p4c and BMv2 from p4lang's Ubuntu packages"
+  repo="https://download.opensuse.org/repositories/home:/p4lang/xUbuntu_${VERSION_ID}"
+  echo "deb ${repo}/ /" | $SUDO tee /etc/apt/sources.list.d/home-p4lang.list >/dev/null
+  curl -fsSL "${repo}/Release.key" | gpg --dearmor | $SUDO tee /etc/apt/trusted.gpg.d/home-p4lang.gpg >/dev/null
+  $SUDO apt-get update -q >/dev/null
+  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -q p4lang-p4c p4lang-bmv2 >>/tmp/pcnlab-apt.log 2>&1 \
+    || { say "p4lang packages failed to install, see /tmp/pcnlab-apt.log"; exit 1; }
+elif [ -x ../shared/p4tools/install ]; then
+  say "no package source for p4c/BMv2 on ${PRETTY_NAME:-this system}; installing ../shared/p4tools (built from p4lang's sources)"
+  $SUDO ../shared/p4tools/install
+else
+  say "no package source for p4c/BMv2 on ${PRETTY_NAME:-this system}: P4 tests will skip (use the Vagrant VM: make up)"
+fi
+
+# --- the project's virtualenv ------------------------------------------------------------------
+# Debian's python3 sees apt's Mininet and thrift; the venv keeps them visible.
+SYSPY=/usr/bin/python3
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv from $SYSPY (--system-site-packages)"
+  $SYSPY -m venv --system-site-packages .venv
+fi
+stamp=.venv/.pcnlab-deps
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c "import torch, finsy, scapy, yaml, pandas, matplotlib, pytest, pcnlab" 2>/dev/null; then
+  say ".venv up to date"
+else
+  say "installing Python packages into .venv (torch CPU, finsy, scapy, pyyaml, pandas, matplotlib, pytest)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q ${PCNLAB_TORCH_INDEX:+--index-url "$PCNLAB_TORCH_INDEX"} "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  touch "$stamp"
+fi
+say "done"

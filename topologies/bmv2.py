@@ -1,0 +1,163 @@
+"""A Mininet switch that is one BMv2 `simple_switch_grpc` process.
+
+The switch starts without a program (`--no-p4`); the controller pushes the pipeline over P4Runtime.
+Its gRPC server listens on 127.0.0.1 only; its log, its console output and (when asked) its pcaps go
+to the run's folder. It is stopped by its PID, never by a name pattern.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from mininet.node import Switch
+
+from pcnlab.errors import PcnLabError, PortInUse
+from pcnlab.toolchain import Bmv2Build, bmv2_build
+
+
+class Bmv2StartError(PcnLabError):
+    """simple_switch_grpc exited or did not open its ports."""
+
+
+def port_is_free(port: int, host: str = "0.0.0.0") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Bmv2Switch(Switch):
+    """One simple_switch_grpc per Mininet switch.
+
+    Options (keyword arguments, as Mininet passes them):
+      device_id     P4Runtime device id (default: the number in the switch's name)
+      grpc_port     P4Runtime port on 127.0.0.1 (default: a free one)
+      thrift_port   thrift runtime port (default: a free one)
+      log_dir       folder for the switch's console output, log and pcaps (default: /tmp)
+      packet_log    write BMv2's per-packet log (runs the logging build; slow)
+      pcap          write a pcap per port
+      cpu_port      P4Runtime packet-in/out port (default: none)
+      on_process    called with (pid, description) as soon as the process exists (the run's ledger)
+    """
+
+    def __init__(self, name: str, device_id: int | None = None, grpc_port: int | None = None,
+                 thrift_port: int | None = None, log_dir: str | Path | None = None,
+                 packet_log: bool = False, pcap: bool = False, cpu_port: int | None = None,
+                 on_process: Callable[[int, str], None] | None = None,
+                 build: Bmv2Build | None = None, **params):
+        super().__init__(name, **params)
+        digits = "".join(ch for ch in name if ch.isdigit())
+        self.device_id = device_id if device_id is not None else int(digits or 0)
+        self.packet_log = packet_log
+        self.build_info = build or bmv2_build(packet_log)
+        for label, port in (("gRPC", grpc_port), ("thrift", thrift_port)):
+            if port is not None and not port_is_free(port):
+                raise PortInUse(
+                    f"{name}: {label} port {port} is in use; choose another base port or free it "
+                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it)")
+        self.grpc_port = grpc_port or free_port()
+        self.thrift_port = thrift_port or free_port()
+        self.log_dir = Path(log_dir or "/tmp")
+        self.pcap = pcap
+        self.cpu_port = cpu_port
+        self.on_process = on_process
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def port_map(self) -> dict[int, str]:
+        """Port number -> interface name, as Mininet numbered them."""
+        return {port: intf.name for intf, port in self.ports.items() if intf.name != "lo"}
+
+    def command(self) -> list[str]:
+        cmd = [str(self.build_info.switch), "--no-p4", "--device-id", str(self.device_id),
+               "--thrift-port", str(self.thrift_port)]
+        for port, intf in sorted(self.port_map().items()):
+            cmd += ["-i", f"{port}@{intf}"]
+        if self.packet_log:
+            cmd += ["--log-file", str(self.log_dir / f"{self.name}-packets"), "--log-flush",
+                    "--log-level", "info"]
+        if self.pcap:
+            cmd += [f"--pcap={self.log_dir}"]
+        cmd += ["--", "--grpc-server-addr", self.grpc_address]
+        if self.cpu_port is not None:
+            cmd += ["--cpu-port", str(self.cpu_port)]
+        return cmd
+
+    def start(self, controllers) -> None:  # noqa: ARG002  (BMv2 is driven over P4Runtime, not OpenFlow)
+        for intf in self.port_map().values():
+            # BMv2 reads and writes whole frames; offloads would leave checksums unfinished.
+            self.cmd(f"ethtool --offload {intf} rx off tx off sg off >/dev/null 2>&1")
+        self._start_process()
+
+    def _start_process(self, timeout: float = 15.0) -> None:
+        for label, port in (("gRPC", self.grpc_port), ("thrift", self.thrift_port)):
+            if not port_is_free(port):
+                raise PortInUse(f"{self.name}: {label} port {port} is in use; choose another base port")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        console = self.log_dir / f"{self.name}-console.log"
+        with open(console, "ab") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        if self.on_process:
+            self.on_process(self.process.pid, f"simple_switch_grpc {self.name}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = console.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+                raise Bmv2StartError(f"{self.name}: simple_switch_grpc exited ({tail[0]}); see {console}")
+            if _listening(self.grpc_port) and _listening(self.thrift_port):
+                return
+            time.sleep(0.05)
+        self._stop_process()
+        raise Bmv2StartError(f"{self.name}: simple_switch_grpc did not open its ports in {timeout:.0f} s; "
+                             f"see {console}")
+
+    def _stop_process(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        """Stop and start the BMv2 process (same ports, no program): the controller must reinstall."""
+        self._stop_process()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (port_is_free(self.grpc_port) and port_is_free(self.thrift_port)):
+            time.sleep(0.05)
+        self._start_process()
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803  (Mininet's name)
+        self._stop_process()
+        super().stop(deleteIntfs)
+
+    def connected(self) -> bool:
+        return self.process is not None and self.process.poll() is None

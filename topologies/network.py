@@ -1,0 +1,194 @@
+"""Builds and runs a Mininet network for a topology, recording what it starts in the run's ledger."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mininet.link import Link, TCLink
+from mininet.net import Mininet
+from mininet.node import CPULimitedHost, Host
+from mininet.nodelib import LinuxBridge
+
+from pcnlab.controller.specs import SwitchEndpoint
+from pcnlab.errors import UsageError
+from pcnlab.ledger import RunLedger
+from pcnlab.topologies.bmv2 import Bmv2Switch
+from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
+from pcnlab.topologies.topos import PcnTopo
+
+SWITCH_KINDS = ("bmv2", "bridge")
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    switch: str = "bmv2"             # bmv2: one simple_switch_grpc per switch; bridge: Linux bridges
+    packet_log: bool = False         # BMv2's per-packet log (the slow, logging build)
+    pcap: bool = False               # a pcap per BMv2 port
+    grpc_base_port: int | None = None    # s<N> listens on base+N-1; None: free ports
+    thrift_base_port: int | None = None
+    host_cpu: float | None = None    # CPU share per host (CPULimitedHost); None: no limit
+
+    def __post_init__(self):
+        if self.switch not in SWITCH_KINDS:
+            raise UsageError(f"unknown switch kind {self.switch!r}; choose one of {', '.join(SWITCH_KINDS)}")
+
+
+class _Tracked:
+    """Mixes into Mininet node classes: the node's shell is in the ledger as soon as it exists."""
+
+    def __init__(self, name, ledger: RunLedger, **params):
+        self._ledger = ledger
+        super().__init__(name, **params)
+
+    def startShell(self, *args, **kwargs):  # noqa: N802  (Mininet's name)
+        super().startShell(*args, **kwargs)
+        if self.inNamespace:
+            self._ledger.add_namespace(self.name, self.pid)
+        else:
+            self._ledger.add_process(self.pid, f"shell of {self.name}")
+
+
+class TrackedHost(_Tracked, Host):
+    pass
+
+
+class TrackedCPULimitedHost(_Tracked, CPULimitedHost):
+    pass
+
+
+class TrackedBridge(_Tracked, LinuxBridge):
+    def start(self, controllers):
+        super().start(controllers)
+        self._ledger.add_interface(self.name)
+
+
+class TrackedBmv2Switch(_Tracked, Bmv2Switch):
+    pass
+
+
+def _tracked_link(base: type[Link], ledger: RunLedger):
+    class TrackedLink(base):
+        def __init__(self, node1, node2, **params):
+            super().__init__(node1, node2, **params)
+            for intf in (self.intf1, self.intf2):
+                ledger.add_interface(intf.name)  # only root-namespace ends are recorded
+
+    return TrackedLink
+
+
+def check_supported(topo: PcnTopo, options: NetworkOptions) -> None:
+    """Refuse, before anything starts, a combination that cannot forward."""
+    if options.switch == "bridge" and topo.has_loops():
+        raise UsageError("this topology has loops, which Linux bridges without STP cannot forward; "
+                         "use switch: bmv2")
+
+
+class PcnNetwork:
+    """A running Mininet network of a PcnTopo. Use as a context manager, or start()/stop()."""
+
+    def __init__(self, topo: PcnTopo, run_dir: Path, ledger: RunLedger,
+                 options: NetworkOptions = NetworkOptions()):
+        check_supported(topo, options)
+        self.topo = topo
+        self.run_dir = Path(run_dir)
+        self.ledger = ledger
+        self.options = options
+        self.net: Mininet | None = None
+
+    def _switch_class(self):
+        if self.options.switch == "bridge":
+            return functools.partial(TrackedBridge, ledger=self.ledger)
+        base_grpc, base_thrift = self.options.grpc_base_port, self.options.thrift_base_port
+
+        def make(name, **params):
+            n = int("".join(ch for ch in name if ch.isdigit()))
+            return TrackedBmv2Switch(
+                name, ledger=self.ledger, log_dir=self.run_dir,
+                packet_log=self.options.packet_log, pcap=self.options.pcap,
+                grpc_port=base_grpc + n - 1 if base_grpc else None,
+                thrift_port=base_thrift + n - 1 if base_thrift else None,
+                on_process=self.ledger.add_process, **params)
+
+        return make
+
+    def start(self) -> "PcnNetwork":
+        opts = self.options
+        if opts.host_cpu is not None:
+            host = functools.partial(TrackedCPULimitedHost, ledger=self.ledger, cpu=opts.host_cpu)
+        else:
+            host = functools.partial(TrackedHost, ledger=self.ledger)
+        # tc shaping sits after BMv2 and would build a second queue: BMv2 ports get plain links and
+        # their rates from the switch's own queues; bridges get TCLink.
+        link = _tracked_link(TCLink if opts.switch == "bridge" else Link, self.ledger)
+        self.net = Mininet(topo=self.topo, switch=self._switch_class(), host=host, link=link,
+                           controller=None, autoSetMacs=False, autoStaticArp=False, build=False)
+        try:
+            self.net.build()
+            self._configure_hosts()
+            self.net.start()
+        except BaseException:
+            self.stop()
+            raise
+        self._write_description()
+        return self
+
+    def _configure_hosts(self) -> None:
+        for host in self.net.hosts:
+            host.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+            for intf in host.intfNames():
+                if intf != "lo":
+                    # TCP through BMv2 fails with checksum offload on (ping still works).
+                    host.cmd(f"ethtool --offload {intf} rx off tx off sg off >/dev/null 2>&1")
+        self.net.staticArp()
+
+    def stop(self) -> None:
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
+
+    def __enter__(self) -> "PcnNetwork":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- what the rest of the system needs to know -------------------------------------------
+
+    def host(self, name: str):
+        return self.net.get(name)
+
+    @property
+    def bmv2_switches(self) -> list[Bmv2Switch]:
+        return [sw for sw in self.net.switches if isinstance(sw, Bmv2Switch)]
+
+    def endpoints(self) -> list[SwitchEndpoint]:
+        """What the controller needs to drive each BMv2 switch."""
+        routes = compute_routes(self.topo)
+        return [
+            SwitchEndpoint(
+                name=sw.name, device_id=sw.device_id, grpc_address=sw.grpc_address,
+                thrift_port=sw.thrift_port, ports=ports_of(self.topo, sw.name),
+                routes=tuple(routes[sw.name]), queues=tuple(port_queues(self.topo, sw.name)),
+            )
+            for sw in self.bmv2_switches
+        ]
+
+    def _write_description(self) -> None:
+        desc = {
+            "switch_kind": self.options.switch,
+            "hosts": {h.name: {"ip": h.IP(), "mac": h.MAC(), "pid": h.pid} for h in self.net.hosts},
+            "roles": self.topo.roles,
+            "switches": {
+                sw.name: {
+                    "ports": {str(p): peer for p, peer in ports_of(self.topo, sw.name).items()},
+                    **({"device_id": sw.device_id, "grpc": sw.grpc_address, "thrift_port": sw.thrift_port,
+                        "pid": sw.process.pid if sw.process else None, "binary": str(sw.build_info.switch)}
+                       if isinstance(sw, Bmv2Switch) else {}),
+                }
+                for sw in self.net.switches
+            },
+        }
+        (self.run_dir / "network.json").write_text(json.dumps(desc, indent=1))

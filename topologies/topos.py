@@ -1,0 +1,128 @@
+"""The topologies PCN Lab ships, as Mininet Topos taking link rates (Mbit/s) and queue depths (packets).
+
+Hosts are h1..hN with 10.0.0.N/24 and MAC 00:00:00:00:00:NN; switches s1..sM. Each topology names
+the roles its hosts play (`roles`), so experiments can place jobs without knowing the numbering.
+Link options use Mininet's own names: `bw` (Mbit/s) and `max_queue_size` (packets). On BMv2 they set
+the switch's egress queue on that port; on the Linux-bridge variant TCLink applies them with tc.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from mininet.topo import Topo
+
+from pcnlab.errors import UsageError
+
+
+class PcnTopo(Topo):
+    """A Topo that numbers its hosts and records the role each plays."""
+
+    def build(self, *args, **kwargs):  # overridden by each topology
+        raise NotImplementedError
+
+    def __init__(self, *args, **params):
+        self.roles: dict[str, list[str]] = {}
+        self._host_count = 0
+        self._switch_count = 0
+        super().__init__(*args, **params)
+
+    def add_host(self, role: str) -> str:
+        self._host_count += 1
+        n = self._host_count
+        name = f"h{n}"
+        self.addHost(name, ip=f"10.0.{n // 256}.{n % 256}/16", mac=f"00:00:00:00:{n // 256:02x}:{n % 256:02x}")
+        self.roles.setdefault(role, []).append(name)
+        return name
+
+    def add_switch(self) -> str:
+        self._switch_count += 1
+        name = f"s{self._switch_count}"
+        self.addSwitch(name, dpid=f"{self._switch_count:016x}")
+        return name
+
+    def link(self, a: str, b: str, bw: float | None, queue: int | None) -> None:
+        opts = {}
+        if bw is not None:
+            opts["bw"] = bw
+        if queue is not None:
+            opts["max_queue_size"] = queue
+        self.addLink(a, b, **opts)
+
+    def has_loops(self) -> bool:
+        nodes = self.nodes()
+        return len(self.links()) > len(nodes) - 1
+
+
+class StarTopo(PcnTopo):
+    """One switch, `hosts` hosts."""
+
+    def build(self, hosts: int = 3, bw: float | None = None, queue: int | None = None):
+        s1 = self.add_switch()
+        for _ in range(hosts):
+            self.link(self.add_host("hosts"), s1, bw, queue)
+
+
+class DumbbellTopo(PcnTopo):
+    """Two switches joined by one bottleneck link, `left` hosts on s1 and `right` hosts on s2."""
+
+    def build(self, left: int = 2, right: int = 2, bw: float | None = None,
+              bottleneck_bw: float | None = None, queue: int | None = None):
+        s1, s2 = self.add_switch(), self.add_switch()
+        for _ in range(left):
+            self.link(self.add_host("left"), s1, bw, queue)
+        for _ in range(right):
+            self.link(self.add_host("right"), s2, bw, queue)
+        self.link(s1, s2, bottleneck_bw, queue)
+
+
+class PcnTreeTopo(PcnTopo):
+    """The PCN paper's tree: the parameter server behind root s1, leaves s2 and s3 each with
+    `workers_per_leaf` DDL workers and `background_per_leaf` background hosts."""
+
+    def build(self, workers_per_leaf: int = 2, background_per_leaf: int = 3, bw: float | None = None,
+              uplink_bw: float | None = None, queue: int | None = None):
+        root = self.add_switch()
+        self.link(self.add_host("ps"), root, bw, queue)
+        for _ in range(2):
+            leaf = self.add_switch()
+            self.link(leaf, root, uplink_bw if uplink_bw is not None else bw, queue)
+            for _ in range(workers_per_leaf):
+                self.link(self.add_host("workers"), leaf, bw, queue)
+            for _ in range(background_per_leaf):
+                self.link(self.add_host("background"), leaf, bw, queue)
+
+
+class LeafSpineTopo(PcnTopo):
+    """`leaves` leaf switches, each linked to every one of `spines` spine switches."""
+
+    def build(self, leaves: int = 2, spines: int = 2, hosts_per_leaf: int = 2,
+              bw: float | None = None, fabric_bw: float | None = None, queue: int | None = None):
+        spine_names = [self.add_switch() for _ in range(spines)]
+        for _ in range(leaves):
+            leaf = self.add_switch()
+            for spine in spine_names:
+                self.link(leaf, spine, fabric_bw if fabric_bw is not None else bw, queue)
+            for _ in range(hosts_per_leaf):
+                self.link(self.add_host("hosts"), leaf, bw, queue)
+
+
+TOPOLOGIES: dict[str, type[PcnTopo]] = {
+    "star": StarTopo,
+    "dumbbell": DumbbellTopo,
+    "tree": PcnTreeTopo,
+    "leaf-spine": LeafSpineTopo,
+}
+
+
+def make_topology(name: str, **params) -> PcnTopo:
+    """Build a topology by its name; an unknown name or parameter is a one-line UsageError."""
+    cls = TOPOLOGIES.get(name)
+    if cls is None:
+        close = difflib.get_close_matches(name, TOPOLOGIES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"unknown topology {name!r}{hint}; choose one of {', '.join(TOPOLOGIES)}")
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise UsageError(f"topology {name!r}: {exc}") from None
