@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,9 @@ from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
 
 SWITCH_KINDS = ("bmv2", "bridge")
+# Mininet names root-namespace interfaces s1-eth1, ...: two networks at once would collide, so a
+# machine runs one PcnNetwork at a time and the next one waits for this lock.
+NETWORK_LOCK = Path(os.environ.get("PCNLAB_LOCK", "/run/pcnlab/network.lock"))
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,27 @@ class PcnNetwork:
         self.ledger = ledger
         self.options = options
         self.net: Mininet | None = None
+        self._lock_fd: int | None = None
+
+    def _acquire_lock(self, say=print) -> None:
+        NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(NETWORK_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            say(f"waiting for another PCN Lab network to finish (pid {holder})")
+            started = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            say(f"  waited {time.monotonic() - started:.0f} s")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
 
     def _switch_class(self):
         if self.options.switch == "bridge":
@@ -116,6 +143,7 @@ class PcnNetwork:
 
     def start(self) -> "PcnNetwork":
         opts = self.options
+        self._acquire_lock()
         if opts.host_cpu is not None:
             host = functools.partial(TrackedCPULimitedHost, ledger=self.ledger, cpu=opts.host_cpu)
         else:
@@ -145,9 +173,12 @@ class PcnNetwork:
         self.net.staticArp()
 
     def stop(self) -> None:
-        if self.net is not None:
-            self.net.stop()
-            self.net = None
+        try:
+            if self.net is not None:
+                self.net.stop()
+                self.net = None
+        finally:
+            self._release_lock()
 
     def __enter__(self) -> "PcnNetwork":
         return self.start()
