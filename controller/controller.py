@@ -81,18 +81,20 @@ class PcnController:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_configured(self, times: int = 1, timeout: float = 30.0) -> None:
-        """Wait until every switch has been configured at least `times` times."""
+    async def wait_configured(self, times: int = 1, timeout: float = 30.0,
+                              switches: Sequence[str] | None = None) -> None:
+        """Wait until each switch (default: all) has been configured at least `times` times."""
         assert self._changed is not None, "the controller is not running"
+        names = list(switches or self.configured)
 
         async def done() -> None:
             async with self._changed:
-                await self._changed.wait_for(lambda: min(self.configured.values()) >= times)
+                await self._changed.wait_for(lambda: all(self.configured[n] >= times for n in names))
 
         try:
             await asyncio.wait_for(done(), timeout)
         except asyncio.TimeoutError:
-            late = [name for name, n in self.configured.items() if n < times]
+            late = [name for name in names if self.configured[name] < times]
             detail = "; ".join(self.errors) or "no P4Runtime session came up"
             raise ControllerError(f"switches {', '.join(late)} not configured in {timeout:.0f} s: {detail}") from None
 

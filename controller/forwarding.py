@@ -12,7 +12,7 @@ ROUTES_TABLE = "ipv4_routes"
 def route_entry(route: Route) -> fy.P4TableEntry:
     return fy.P4TableEntry(
         ROUTES_TABLE,
-        match=fy.P4TableMatch({"hdr.ipv4.dst": route.prefix}),
+        match=fy.P4TableMatch({"ipv4_dst": route.prefix}),
         action=fy.P4TableAction("forward", port=route.port, dst_mac=route.dst_mac),
     )
 

@@ -16,7 +16,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     }
 
     table ipv4_routes {
-        key = { hdr.ipv4.dst: lpm; }
+        key = { hdr.ipv4.dst: lpm @name("ipv4_dst"); }
         actions = { forward; drop; }
         default_action = drop();
         size = 1024;

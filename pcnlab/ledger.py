@@ -9,6 +9,7 @@ interfaces (identified by name *and* ifindex). Nothing is matched by a name patt
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -101,7 +102,7 @@ class LedgerData:
         )
 
     def owner_alive(self) -> bool:
-        return process_start_time(self.owner_pid) == self.owner_start_time
+        return is_running(self.owner_pid, self.owner_start_time)
 
 
 class RunLedger:
@@ -195,14 +196,18 @@ def clean_ledger(data: LedgerData) -> CleanReport:
     for proc in data.processes:
         if proc.alive():
             victims[proc.pid] = proc.what
-    # Every process inside one of the run's namespaces belongs to the run (workers, iperf3, ...).
-    inodes = {ns.inode: ns.node for ns in data.namespaces if process_start_time(ns.pid) == ns.start_time}
-    if inodes:
+    # Every process inside one of the run's namespaces belongs to the run (workers, iperf3, ...),
+    # even when the host's shell is already gone. A namespace lives while any process is in it, so
+    # its inode cannot have been reused while such a process exists.
+    namespaces = {ns.inode: ns for ns in data.namespaces}
+    if namespaces:
         for pid_dir in Path("/proc").iterdir():
-            if pid_dir.name.isdigit():
-                node = inodes.get(netns_inode(int(pid_dir.name)) or -1)
-                if node is not None:
-                    victims.setdefault(int(pid_dir.name), f"process in {node}")
+            if not pid_dir.name.isdigit():
+                continue
+            pid = int(pid_dir.name)
+            ns = namespaces.get(netns_inode(pid) or -1)
+            if ns is not None and (process_start_time(pid) or -1) >= ns.start_time:
+                victims.setdefault(pid, f"process in {ns.node}")
     _terminate(victims, report)
     for intf in data.interfaces:
         if intf.present():
@@ -228,13 +233,14 @@ def _terminate(victims: dict[int, str], report: CleanReport) -> None:
                     pass
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline and any(
-            _running(pid, starts[pid]) for pid in victims
+            is_running(pid, starts[pid]) for pid in victims
         ):
             time.sleep(0.05)
     report.killed.extend(f"{what} (pid {pid})" for pid, what in victims.items())
 
 
-def _running(pid: int, start: int | None) -> bool:
+def is_running(pid: int, start: int | None) -> bool:
+    """The process with this PID and start time exists and has not exited (a zombie has)."""
     if start is None or process_start_time(pid) != start:
         return False
     try:  # a zombie has exited; only its parent can reap it
@@ -244,9 +250,13 @@ def _running(pid: int, start: int | None) -> bool:
 
 
 def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
+    """Clean every dead run; concurrent cleaners take turns, so each dead run is cleaned once, whole."""
     reports = []
-    for entry, data in stale_ledgers(state_dir):
-        if data is not None:
-            reports.append(clean_ledger(data))
-        entry.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / ".clean.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for entry, data in stale_ledgers(state_dir):
+            if data is not None:
+                reports.append(clean_ledger(data))
+            entry.unlink(missing_ok=True)
     return reports

@@ -1,0 +1,57 @@
+"""Shared test helpers: skips that say why, and a run folder with its ledger.
+
+Tests that need root, Mininet, p4c or BMv2 skip with a printed reason where those are absent; they
+never replace them with a stand-in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from pcnlab.toolchain import thrift_client_available
+
+
+def _why_no_root() -> str | None:
+    return None if os.geteuid() == 0 else "needs root (Mininet, network namespaces)"
+
+
+def _why_no_mininet() -> str | None:
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return "Mininet is not installed (make deps)"
+    return _why_no_root()
+
+
+def _why_no_bmv2() -> str | None:
+    if not shutil.which("simple_switch_grpc"):
+        return "simple_switch_grpc not found (make deps, or sudo ../shared/p4tools/install on Debian 12)"
+    if not thrift_client_available():
+        return "BMv2's thrift client (sswitch_runtime) does not import"
+    return _why_no_mininet()
+
+
+def _why_no_p4c() -> str | None:
+    return None if shutil.which("p4c") else "p4c not found (make deps, or sudo ../shared/p4tools/install)"
+
+
+def _skipif(reason: str | None):
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+needs_root = _skipif(_why_no_root())
+needs_mininet = _skipif(_why_no_mininet())
+needs_bmv2 = _skipif(_why_no_bmv2())
+needs_p4c = _skipif(_why_no_p4c())
+
+
+@pytest.fixture
+def run_folder(tmp_path, request):
+    """A fresh run folder (and ledger) under a temporary results root."""
+    from pcnlab.experiments.rundir import RunFolder
+
+    with RunFolder.create(tmp_path / "results", "test", request.node.name[:60]) as run:
+        yield run

@@ -1,0 +1,82 @@
+"""A run that dies by SIGKILL leaves its network behind; `pcnlab clean` removes exactly that."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import needs_mininet
+from pcnlab.ledger import LedgerData, ifindex, is_running
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from pcnlab.experiments.rundir import RunFolder
+    from pcnlab.topologies.network import NetworkOptions, PcnNetwork
+    from pcnlab.topologies.topos import make_topology
+    run = RunFolder.create(Path(sys.argv[1]), "crash", "dumbbell")
+    net = PcnNetwork(make_topology("dumbbell"), run.path, run.ledger, NetworkOptions(switch=sys.argv[2])).start()
+    # Something a workload would start inside a host: it must go too.
+    net.host("h1").popen(["sleep", "600"])
+    print(run.path, flush=True)
+    time.sleep(600)
+""")
+
+
+def _mine_alive(data: LedgerData) -> list[str]:
+    alive = [f"{p.what} {p.pid}" for p in data.processes if is_running(p.pid, p.start_time)]
+    alive += [f"{n.node} {n.pid}" for n in data.namespaces if is_running(n.pid, n.start_time)]
+    alive += [i.name for i in data.interfaces if ifindex(i.name) == i.ifindex]
+    return alive
+
+
+@needs_mininet
+def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
+    switch = "bmv2" if shutil.which("simple_switch_grpc") else "bridge"
+    # An unrelated interface that happens to look like Mininet's: clean must not touch it.
+    subprocess.run(["ip", "link", "add", "s9-eth1", "type", "veth", "peer", "name", "pcntest1"], check=True)
+    try:
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), switch],
+                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        run_dir = Path(child.stdout.readline().strip())
+        assert run_dir.is_dir(), "the child did not start its network"
+        data = LedgerData.from_json((run_dir / "started.json").read_text())
+        assert data.namespaces and data.interfaces
+        if switch == "bmv2":
+            assert any("simple_switch_grpc" in p.what for p in data.processes)
+        assert _mine_alive(data)
+
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        # Everything of the run is still there after the crash...
+        data = LedgerData.from_json((run_dir / "started.json").read_text())
+        left = _mine_alive(data)
+        assert any(name.startswith("s1-eth") for name in left)
+        sleeper_ns = {n.inode for n in data.namespaces}
+
+        proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        # "removed ..." -- or nothing, where a run started meanwhile cleaned it first (runs do that).
+        assert "removed" in proc.stdout or "nothing to clean" in proc.stdout
+
+        # ...and nothing of it afterwards: processes, namespaces (with what ran in them), interfaces.
+        assert _mine_alive(data) == [], proc.stdout
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                in_run_ns = os.stat(f"/proc/{pid}/ns/net").st_ino in sleeper_ns
+            except OSError:
+                continue  # gone, a zombie (no namespace any more), or not ours to look at
+            assert not in_run_ns, f"pid {pid} still runs in one of the run's namespaces"
+        assert ifindex("s9-eth1") is not None and ifindex("pcntest1") is not None
+        again = subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True, text=True)
+        assert "nothing to clean" in again.stdout
+        assert json.loads((run_dir / "status.json").read_text())["status"] == "running"  # it never finished
+    finally:
+        subprocess.run(["ip", "link", "del", "s9-eth1"], capture_output=True)
