@@ -92,8 +92,12 @@ def compile_p4(source_dir: Path, main: str, out_dir: Path) -> tuple[Path, Path]:
          "-o", str(out_dir), main],
         cwd=source_dir, capture_output=True, text=True,
     )
-    (out_dir / f"{stem}.p4i").unlink(missing_ok=True)
+    preprocessed = out_dir / f"{stem}.p4i"
+    preprocessed.unlink(missing_ok=True)
     if proc.returncode != 0:
         error = next((ln for ln in proc.stderr.splitlines() if "error" in ln.lower()), proc.stderr.strip())
         raise P4CompileError(f"p4c failed on {source_dir / main}: {error}")
-    return out_dir / f"{stem}.json", p4info
+    # The JSON names the preprocessed file by its absolute path; name the source instead.
+    json_path = out_dir / f"{stem}.json"
+    json_path.write_text(json_path.read_text().replace(f'"{preprocessed}"', f'"{main}"', 1))
+    return json_path, p4info
