@@ -12,10 +12,11 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import finsy as fy
 
+from pcnlab.controller.dataplane import BURST_DIGEST, BurstStart, DataPlaneConfig, PortMode, window_entry
 from pcnlab.controller.forwarding import route_entries
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.specs import SwitchEndpoint
@@ -26,6 +27,8 @@ LOG = logging.getLogger("pcnlab.controller")
 
 # Extra work on every (re)connection of a switch, after forwarding and queues are in place.
 ReadyHook = Callable[[fy.Switch, SwitchEndpoint], Awaitable[None]]
+# Called on the controller's loop for every burst-start digest.
+BurstHandler = Callable[[str, BurstStart], None]
 
 
 class ControllerError(PcnLabError):
@@ -46,10 +49,16 @@ def apply_queues(endpoint: SwitchEndpoint) -> None:
 
 class PcnController:
     def __init__(self, endpoints: Sequence[SwitchEndpoint], program: P4Program,
-                 election_id: int = 10, on_ready: Sequence[ReadyHook] = ()):
+                 election_id: int = 10, on_ready: Sequence[ReadyHook] = (),
+                 dataplane: Mapping[str, DataPlaneConfig] | None = None,
+                 on_burst: Sequence[BurstHandler] = ()):
         self.endpoints = {ep.name: ep for ep in endpoints}
         self.program = program
         self.on_ready = list(on_ready)
+        self.dataplane = dict(dataplane or {})
+        # The modes in force now (they change at run time and must survive a switch restart).
+        self.modes = {name: dict(cfg.modes) for name, cfg in self.dataplane.items()}
+        self.on_burst = list(on_burst)
         # How many times each switch has been (re)configured: a restart shows as a second time.
         self.configured: dict[str, int] = {name: 0 for name in self.endpoints}
         self.errors: list[str] = []
@@ -67,6 +76,11 @@ class PcnController:
         try:
             await switch.delete_all()
             await switch.insert(route_entries(endpoint.routes))
+            config = self.dataplane.get(switch.name)
+            if config is not None:
+                await switch.modify([config.config_entry()])  # a default action is modified, not inserted
+                await switch.insert(config.static_entries())
+                await switch.insert([mode.entry(port) for port, mode in sorted(self.modes[switch.name].items())])
             await asyncio.to_thread(apply_queues, endpoint)
             for hook in self.on_ready:
                 await hook(switch, endpoint)
@@ -98,11 +112,42 @@ class PcnController:
             detail = "; ".join(self.errors) or "no P4Runtime session came up"
             raise ControllerError(f"switches {', '.join(late)} not configured in {timeout:.0f} s: {detail}") from None
 
+    # --- run-time changes --------------------------------------------------------------------
+
+    async def set_mode(self, switch: str, port: int, mode: PortMode) -> None:
+        """Change a port's mode on a running switch (no restart, no recompilation)."""
+        await self.switches[switch].modify([mode.entry(port)])
+        self.modes[switch][port] = mode
+
+    async def arm_window(self, switch: str, port: int, start_us: int, end_us: int) -> float:
+        """Write a pre-drain window; returns the write's latency in seconds."""
+        started = time.monotonic()
+        await self.switches[switch].insert([window_entry(port, start_us, end_us)])
+        return time.monotonic() - started
+
+    async def remove_window(self, switch: str, port: int, start_us: int, end_us: int) -> None:
+        await self.switches[switch].delete([window_entry(port, start_us, end_us)], strict=False)
+
+    async def _listen_for_bursts(self, switch: fy.Switch) -> None:
+        async for digest_list in switch.read_digests(BURST_DIGEST):
+            for data in digest_list:
+                burst = BurstStart.from_digest(data)
+                for handler in self.on_burst:
+                    handler(switch.name, burst)
+            await switch.write([digest_list.ack()])
+
     async def run(self, stop: asyncio.Event) -> None:
         """Drive the switches until `stop` is set."""
         self._changed = asyncio.Condition()
-        async with fy.Controller(self.switches.values()):
-            await stop.wait()
+        listeners = []
+        if self.dataplane:
+            listeners = [asyncio.create_task(self._listen_for_bursts(sw)) for sw in self.switches.values()]
+        try:
+            async with fy.Controller(self.switches.values()):
+                await stop.wait()
+        finally:
+            for task in listeners:
+                task.cancel()
 
 
 class ControllerThread:

@@ -33,7 +33,7 @@ def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path(
     program = P4Program.named() if options.switch == "bmv2" else None
     with RunFolder.create(results_root, "slice", f"{topology}-{options.switch}") as run:
         say(f"[1/3] starting {topology} with {options.switch} switches "
-            f"({len(topo.hosts())} hosts, {len(topo.switches())} switches) in {run.path}")
+            f"({len(topo.traffic_hosts())} hosts, {len(topo.switches())} switches) in {run.path}")
         with PcnNetwork(topo, run.path, run.ledger, options) as net:
             started = time.monotonic()
             controller = None
@@ -43,7 +43,7 @@ def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path(
             configure_s = time.monotonic() - started
             try:
                 say("[3/3] every host pings every other")
-                hosts = net.net.hosts
+                hosts = [net.host(name) for name in topo.traffic_hosts()]
                 sent = received = 0
                 for src in hosts:
                     for dst in hosts:

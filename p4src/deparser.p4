@@ -6,6 +6,7 @@ control PcnVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply { }
 }
 
+/* ECN marking and the TTL change the IPv4 header: its checksum is recomputed on the way out. */
 control PcnComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(
@@ -21,7 +22,9 @@ control PcnComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
 control PcnDeparser(packet_out pkt, in headers_t hdr) {
     apply {
         pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.telemetry);
         pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.l4);
     }
 }
 

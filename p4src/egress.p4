@@ -1,9 +1,159 @@
-/* Egress: nothing yet beyond what v1model does. */
+/* Egress: the port's mode (drop-tail, ECN at K, PCN pre-drain window, pcn-host announcements), the
+ * per-port/class counters of what left, and queue telemetry as truncated clones to the collector. */
 #ifndef PCN_EGRESS_P4
 #define PCN_EGRESS_P4
 
+#define PKT_INSTANCE_NORMAL 0
+#define PKT_INSTANCE_EGRESS_CLONE 2
+
 control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
-    apply { }
+    register<bit<32>>(MAX_PORTS) telemetry_countdown;
+    register<bit<32>>(1) telemetry_seq;
+
+    counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) tx_port_class;
+    counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) marked_port_class;
+    counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) dropped_port_class;
+
+    action mode_droptail() {
+        meta.marking = 0;
+    }
+
+    action mode_ecn(qdepth_t k) {
+        meta.marking = 1;
+        meta.k = k;
+        meta.k_pre = k;
+    }
+
+    /* Ours: K_pre applies to background traffic while a pre-drain window armed by the controller is open. */
+    action mode_pcn(qdepth_t k, qdepth_t k_pre, bit<1> drop_non_ect) {
+        meta.marking = 1;
+        meta.k = k;
+        meta.k_pre = k_pre;
+        meta.drop_non_ect = drop_non_ect;
+    }
+
+    /* The paper's: K_pre applies to background traffic while announced bursts are pending on the port. */
+    action mode_pcn_host(qdepth_t k, qdepth_t k_pre) {
+        meta.marking = 1;
+        meta.k = k;
+        meta.k_pre = k_pre;
+        bit<16> pending;
+        announced_bursts.read(pending, (bit<32>)std.egress_port);
+        meta.window_open = (bit<1>)(pending > 0);
+    }
+
+    table port_mode {
+        key = { std.egress_port: exact @name("port"); }
+        actions = { mode_droptail; mode_ecn; mode_pcn; mode_pcn_host; }
+        default_action = mode_droptail();
+        size = MAX_PORTS;
+    }
+
+    action window_open() {
+        meta.window_open = 1;
+    }
+
+    /* Pre-drain windows [start, end) in this switch's clock, written ahead of time by the controller:
+     * the switch, not the P4Runtime write latency, decides when a window opens and closes. */
+    table predrain_windows {
+        key = {
+            std.egress_port:              exact @name("port");
+            std.ingress_global_timestamp: range @name("now_us");
+        }
+        actions = { window_open; NoAction; }
+        default_action = NoAction();
+        size = 256;
+    }
+
+    apply {
+        if (std.instance_type == PKT_INSTANCE_EGRESS_CLONE) {
+            /* A telemetry clone: replace the packet by the record of the original. */
+            hdr.telemetry.setValid();
+            hdr.telemetry.seq = meta.tel.seq;
+            hdr.telemetry.switch_id = meta.switch_id;
+            hdr.telemetry.egress_port = meta.tel.egress_port;
+            hdr.telemetry.traffic_class = meta.tel.traffic_class;
+            hdr.telemetry.job = meta.tel.job;
+            hdr.telemetry.flags = meta.tel.flags;
+            hdr.telemetry.ingress_ts = meta.tel.ingress_ts;
+            hdr.telemetry.egress_ts = meta.tel.egress_ts;
+            hdr.telemetry.enq_qdepth = meta.tel.enq_qdepth;
+            hdr.telemetry.deq_qdepth = meta.tel.deq_qdepth;
+            hdr.telemetry.queue_delay = meta.tel.queue_delay;
+            hdr.telemetry.packet_length = meta.tel.packet_length;
+            hdr.ethernet.dst = 0xffffffffffff;
+            hdr.ethernet.ether_type = ETHERTYPE_PCN_TELEMETRY;
+            hdr.ipv4.setInvalid();
+            hdr.l4.setInvalid();
+            truncate(54);  /* Ethernet (14) + record (40) */
+            return;
+        }
+        if (!hdr.ipv4.isValid() || std.egress_port >= MAX_PORTS) {
+            return;
+        }
+        bit<8> flags = 0;
+        if (hdr.ipv4.ecn != ECN_NOT_ECT) {
+            flags = flags | TEL_ECT;
+        }
+        if (meta.burst_start == 1) {
+            flags = flags | TEL_BURST_START;
+        }
+        port_mode.apply();
+        if (meta.marking == 1 && meta.traffic_class == CLASS_BACKGROUND && meta.k_pre < meta.k) {
+            predrain_windows.apply();
+        }
+        bit<32> slot = (bit<32>)std.egress_port * 2 + (bit<32>)meta.traffic_class;
+        if (meta.marking == 1) {
+            qdepth_t threshold = meta.k;
+            bool low = meta.window_open == 1 && meta.traffic_class == CLASS_BACKGROUND;
+            if (low) {
+                threshold = meta.k_pre;
+                flags = flags | TEL_IN_WINDOW;
+            }
+            if (std.enq_qdepth >= threshold) {
+                if (hdr.ipv4.ecn != ECN_NOT_ECT) {
+                    hdr.ipv4.ecn = ECN_CE;
+                    flags = flags | TEL_MARKED;
+                    marked_port_class.count(slot);
+                } else if (low && meta.drop_non_ect == 1) {
+                    mark_to_drop(std);
+                    flags = flags | TEL_DROPPED;
+                    dropped_port_class.count(slot);
+                }
+            }
+        }
+        if ((flags & TEL_DROPPED) == 0) {
+            tx_port_class.count(slot);
+        }
+        port_queue_left.write((bit<32>)std.egress_port, (bit<32>)std.deq_qdepth);
+
+        /* Telemetry: a record of 1 in N packets per port. */
+        if (meta.telemetry_every != 0) {
+            bit<32> countdown;
+            telemetry_countdown.read(countdown, (bit<32>)std.egress_port);
+            if (countdown <= 1) {
+                countdown = meta.telemetry_every;
+                bit<32> seq;
+                telemetry_seq.read(seq, 0);
+                telemetry_seq.write(0, seq + 1);
+                meta.tel.seq = seq;
+                meta.tel.egress_port = (bit<16>)std.egress_port;
+                meta.tel.traffic_class = meta.traffic_class;
+                meta.tel.job = meta.job;
+                meta.tel.flags = flags;
+                meta.tel.ingress_ts = std.ingress_global_timestamp;
+                meta.tel.egress_ts = std.egress_global_timestamp;
+                meta.tel.enq_qdepth = (bit<32>)std.enq_qdepth;
+                meta.tel.deq_qdepth = (bit<32>)std.deq_qdepth;
+                meta.tel.queue_delay = std.deq_timedelta;
+                meta.tel.packet_length = (bit<16>)std.packet_length;
+                clone_preserving_field_list(CloneType.E2E, meta.telemetry_session, 1);
+            } else {
+                countdown = countdown - 1;
+            }
+            telemetry_countdown.write((bit<32>)std.egress_port, countdown);
+        }
+    }
 }
 
 #endif

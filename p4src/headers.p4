@@ -1,12 +1,35 @@
-/* Packet headers and the metadata the PCN Lab pipeline carries between its controls. */
+/* Packet headers, the telemetry record, the burst digest, and the metadata carried between controls. */
 #ifndef PCN_HEADERS_P4
 #define PCN_HEADERS_P4
 
 typedef bit<9>  port_t;
 typedef bit<48> mac_t;
 typedef bit<32> ipv4_t;
+typedef bit<48> time_us_t;   /* BMv2 timestamps: microseconds since the switch started */
+typedef bit<19> qdepth_t;    /* BMv2 queue depths: packets */
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_PCN_TELEMETRY = 0x88B5;  /* IEEE local experimental */
+const bit<8>  PROTO_TCP = 6;
+const bit<8>  PROTO_UDP = 17;
+
+const bit<8> CLASS_BACKGROUND = 0;
+const bit<8> CLASS_DDL = 1;
+
+const bit<2> ECN_NOT_ECT = 0;
+const bit<2> ECN_CE = 3;
+
+/* Per-port state lives in registers indexed by port, per-(port, job) state by port * MAX_JOBS + job. */
+#define MAX_PORTS 64
+#define MAX_JOBS 16
+#define PORT_CLASS_SLOTS 128   /* MAX_PORTS * 2 classes, for the counters */
+
+/* Flags in a telemetry record. */
+const bit<8> TEL_MARKED      = 0x01;  /* this packet was CE-marked here */
+const bit<8> TEL_DROPPED     = 0x02;  /* dropped by the program (PCN early drop) */
+const bit<8> TEL_BURST_START = 0x04;  /* first DDL packet of a burst on this port */
+const bit<8> TEL_IN_WINDOW   = 0x08;  /* a pre-drain window (pcn) or announcement (pcn-host) was active */
+const bit<8> TEL_ECT         = 0x10;  /* the packet was ECN-capable on arrival */
 
 header ethernet_h {
     mac_t   dst;
@@ -30,13 +53,78 @@ header ipv4_h {
     ipv4_t  dst;
 }
 
+/* The first four bytes of TCP and UDP: all that classification needs. */
+header l4_ports_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+}
+
+/* One queue telemetry record (40 bytes), sent as a truncated egress clone to the collector port. */
+header telemetry_h {
+    bit<32> seq;           /* per switch; gaps are records lost on the way to the collector */
+    bit<16> switch_id;
+    bit<16> egress_port;
+    bit<8>  traffic_class;
+    bit<8>  job;
+    bit<8>  flags;
+    bit<8>  reserved;
+    bit<48> ingress_ts;    /* us */
+    bit<48> egress_ts;     /* us, when the packet left the queue */
+    bit<32> enq_qdepth;    /* packets in the queue when it arrived */
+    bit<32> deq_qdepth;    /* packets left behind when it departed */
+    bit<32> queue_delay;   /* us spent in the queue */
+    bit<16> packet_length;
+    bit<16> reserved2;
+}
+
+/* Digest to the controller: a DDL burst started on a port (the paper's "start queue length"). */
+struct burst_digest_t {
+    bit<16>   switch_id;
+    bit<16>   port;
+    bit<8>    job;
+    time_us_t ts;
+    bit<32>   queue;       /* packets left behind by the last departure from that port's queue */
+}
+
 struct headers_t {
-    ethernet_h ethernet;
-    ipv4_h     ipv4;
+    ethernet_h  ethernet;
+    telemetry_h telemetry;
+    ipv4_h      ipv4;
+    l4_ports_h  l4;
+}
+
+/* Copied into the telemetry clone (clone_preserving_field_list index 1). */
+struct telemetry_meta_t {
+    @field_list(1) bit<32> seq;
+    @field_list(1) bit<16> egress_port;
+    @field_list(1) bit<8>  traffic_class;
+    @field_list(1) bit<8>  job;
+    @field_list(1) bit<8>  flags;
+    @field_list(1) bit<48> ingress_ts;
+    @field_list(1) bit<48> egress_ts;
+    @field_list(1) bit<32> enq_qdepth;
+    @field_list(1) bit<32> deq_qdepth;
+    @field_list(1) bit<32> queue_delay;
+    @field_list(1) bit<16> packet_length;
 }
 
 struct metadata_t {
-    bit<1> unused;
+    /* Set by the controller's switch_config default action. */
+    @field_list(1) bit<16> switch_id;
+    bit<32> burst_gap_us;
+    bit<32> telemetry_every;   /* clone 1 in N packets per port; 0: telemetry off */
+    bit<32> telemetry_session; /* clone session to the collector port */
+    /* Classification. */
+    bit<8>  traffic_class;
+    bit<8>  job;
+    bit<1>  burst_start;
+    /* Egress mode. */
+    bit<1>  marking;           /* 0: drop-tail */
+    qdepth_t k;
+    qdepth_t k_pre;
+    bit<1>  drop_non_ect;
+    bit<1>  window_open;
+    telemetry_meta_t tel;
 }
 
 #endif

@@ -32,11 +32,13 @@ def _cmd_clean(args) -> int:
 
 
 def _cmd_p4(args) -> int:
-    from pcnlab.p4src import BUILD_DIR, MAIN_SOURCE, P4SRC_DIR
+    from pcnlab.p4src import BUILD_DIR, P4SRC_DIR, PROGRAMS
     from pcnlab.toolchain import compile_p4, p4c_version
 
-    json_path, p4info = compile_p4(P4SRC_DIR, MAIN_SOURCE, BUILD_DIR)
-    print(f"compiled {P4SRC_DIR / MAIN_SOURCE} with {p4c_version()} -> {json_path.name}, {p4info.name}")
+    version = p4c_version()
+    for main in PROGRAMS:
+        json_path, p4info = compile_p4(P4SRC_DIR, main, BUILD_DIR)
+        print(f"compiled {P4SRC_DIR / main} with {version} -> {json_path.name}, {p4info.name}")
     return 0
 
 

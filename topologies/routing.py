@@ -28,7 +28,8 @@ def _distances_to(topo: Topo, target: str) -> dict[str, int]:
 
 def compute_routes(topo: Topo) -> dict[str, list[Route]]:
     routes: dict[str, list[Route]] = {sw: [] for sw in topo.switches()}
-    for index, host in enumerate(topo.hosts()):
+    hosts = topo.traffic_hosts() if hasattr(topo, "traffic_hosts") else topo.hosts()
+    for index, host in enumerate(hosts):
         info = topo.nodeInfo(host)
         ip = info["ip"].split("/")[0]
         mac = info["mac"]

@@ -49,6 +49,28 @@ class PcnTopo(Topo):
             opts["max_queue_size"] = queue
         self.addLink(a, b, **opts)
 
+    def add_monitors(self) -> None:
+        """A monitor host m<N> on a port of its own on every switch: where the switch's telemetry
+        clones go and the queue log collector runs. Monitors get no routes."""
+        for sw in self.switches():
+            n = int(sw[1:])
+            name = f"m{n}"
+            self.addHost(name, ip=f"10.0.254.{n}/16", mac=f"00:00:00:00:fe:{n:02x}")
+            self.roles.setdefault("monitor", []).append(name)
+            self.addLink(sw, name)
+
+    def monitor_port(self, switch: str) -> int | None:
+        """The switch's port towards its monitor host, if it has one."""
+        for mon in self.roles.get("monitor", []):
+            if mon == f"m{switch[1:]}":
+                return self.port(switch, mon)[0]
+        return None
+
+    def traffic_hosts(self) -> list[str]:
+        """Hosts that carry experiment traffic (all but the monitors)."""
+        monitors = set(self.roles.get("monitor", []))
+        return [h for h in self.hosts() if h not in monitors]
+
     def has_loops(self) -> bool:
         nodes = self.nodes()
         return len(self.links()) > len(nodes) - 1
@@ -115,14 +137,18 @@ TOPOLOGIES: dict[str, type[PcnTopo]] = {
 }
 
 
-def make_topology(name: str, **params) -> PcnTopo:
-    """Build a topology by its name; an unknown name or parameter is a one-line UsageError."""
+def make_topology(name: str, monitors: bool = False, **params) -> PcnTopo:
+    """Build a topology by its name (with a monitor host per switch if asked); an unknown name or
+    parameter is a one-line UsageError."""
     cls = TOPOLOGIES.get(name)
     if cls is None:
         close = difflib.get_close_matches(name, TOPOLOGIES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UsageError(f"unknown topology {name!r}{hint}; choose one of {', '.join(TOPOLOGIES)}")
     try:
-        return cls(**params)
+        topo = cls(**params)
     except TypeError as exc:
         raise UsageError(f"topology {name!r}: {exc}") from None
+    if monitors:
+        topo.add_monitors()
+    return topo

@@ -1,0 +1,160 @@
+"""The data plane's run-time configuration (p4src/pcn.p4), as typed objects and the P4Runtime entries
+that carry them, all by P4Info names: switch config, traffic classes, port modes, pre-drain windows,
+the pcn-host code point, the telemetry clone session and the burst digest."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import finsy as fy
+
+from pcnlab.errors import UsageError
+
+MODES = ("droptail", "ecn", "pcn", "pcn-host")
+MAX_PORTS = 64          # as in p4src/headers.p4
+MAX_JOBS = 16
+MAX_QDEPTH = (1 << 19) - 1
+BURST_DIGEST = "burst_digest_t"
+CLASS_BACKGROUND, CLASS_DDL = 0, 1
+CLASS_NAMES = {CLASS_BACKGROUND: "background", CLASS_DDL: "ddl"}
+
+
+@dataclass(frozen=True)
+class PortMode:
+    """How one egress port treats its queue. k and k_pre are queue depths in packets."""
+
+    mode: str = "droptail"
+    k: int = 40
+    k_pre: int = 10
+    drop_non_ect: bool = False  # pcn: drop background non-ECT packets above k_pre inside a window
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise UsageError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if not (0 <= self.k_pre <= self.k <= MAX_QDEPTH):
+            raise UsageError(f"mode {self.mode}: need 0 <= k_pre ({self.k_pre}) <= k ({self.k})")
+
+    def entry(self, port: int) -> fy.P4TableEntry:
+        match = fy.P4TableMatch(port=port)
+        if self.mode == "droptail":
+            action = fy.P4TableAction("mode_droptail")
+        elif self.mode == "ecn":
+            action = fy.P4TableAction("mode_ecn", k=self.k)
+        elif self.mode == "pcn":
+            action = fy.P4TableAction("mode_pcn", k=self.k, k_pre=self.k_pre, drop_non_ect=int(self.drop_non_ect))
+        else:
+            action = fy.P4TableAction("mode_pcn_host", k=self.k, k_pre=self.k_pre)
+        return fy.P4TableEntry("port_mode", match=match, action=action)
+
+
+@dataclass(frozen=True)
+class FlowClass:
+    """Packets matching these fields belong to DDL job `job` (None fields match anything)."""
+
+    job: int
+    src: str | None = None           # an address or prefix, e.g. 10.0.0.2 or 10.0.0.0/24
+    dst: str | None = None
+    proto: int | None = None         # 6 TCP, 17 UDP
+    sport: tuple[int, int] | None = None  # inclusive port range
+    dport: tuple[int, int] | None = None
+    priority: int = 10
+
+    def __post_init__(self):
+        if not 1 <= self.job < MAX_JOBS:
+            raise UsageError(f"DDL job ids run from 1 to {MAX_JOBS - 1}, not {self.job}")
+
+    def entry(self) -> fy.P4TableEntry:
+        match: dict[str, object] = {}
+        for name in ("src", "dst"):
+            value = getattr(self, name)
+            if value is not None:
+                net = ipaddress.ip_network(value, strict=False)
+                match[name] = f"{net.network_address}/&{net.netmask}"
+        if self.proto is not None:
+            match["proto"] = f"{self.proto}/&255"
+        for name in ("sport", "dport"):
+            value = getattr(self, name)
+            if value is not None:
+                match[name] = f"{value[0]}...{value[1]}"
+        return fy.P4TableEntry("traffic_class", match=fy.P4TableMatch(match),
+                               action=fy.P4TableAction("set_ddl", job=self.job), priority=self.priority)
+
+
+@dataclass(frozen=True)
+class DataPlaneConfig:
+    """Everything the program needs on one switch besides its routes."""
+
+    switch_id: int
+    modes: dict[int, PortMode] = field(default_factory=dict)  # egress port -> mode; others drop-tail
+    classes: tuple[FlowClass, ...] = ()
+    burst_gap_us: int = 2000       # G: a DDL packet after this much silence starts a burst
+    telemetry_port: int | None = None  # collector port; None: no telemetry
+    telemetry_every: int = 1       # 1 in N packets per port (when telemetry_port is set)
+    telemetry_session: int = 100   # clone session id used for telemetry
+    pcn_start_dscp: int | None = None  # pcn-host announcements
+
+    def config_entry(self) -> fy.P4TableEntry:
+        every = self.telemetry_every if self.telemetry_port is not None else 0
+        return fy.P4TableEntry("switch_config", is_default_action=True, action=fy.P4TableAction(
+            "set_switch_config", switch_id=self.switch_id, burst_gap_us=self.burst_gap_us,
+            telemetry_every=every, telemetry_session=self.telemetry_session))
+
+    def static_entries(self) -> list:
+        """What a freshly configured switch needs besides its routes, its default config and its modes."""
+        out: list = [cls.entry() for cls in self.classes]
+        if self.pcn_start_dscp is not None:
+            out.append(fy.P4TableEntry("pcn_start_codepoint", match=fy.P4TableMatch(dscp=self.pcn_start_dscp),
+                                       action=fy.P4TableAction("count_announcement")))
+        if self.telemetry_port is not None:
+            # Truncation happens in the program (truncate()); the session only picks the port.
+            out.append(fy.P4CloneSessionEntry(self.telemetry_session, replicas=[self.telemetry_port]))
+        out.append(fy.P4DigestEntry(BURST_DIGEST, max_list_size=1, max_timeout_ns=0, ack_timeout_ns=1_000_000))
+        return out
+
+
+def window_entry(port: int, start_us: int, end_us: int) -> fy.P4TableEntry:
+    """A pre-drain window [start_us, end_us) on `port`, in the switch's clock."""
+    if end_us <= start_us:
+        raise ValueError(f"empty window [{start_us}, {end_us})")
+    return fy.P4TableEntry("predrain_windows", priority=1, action=fy.P4TableAction("window_open"),
+                           match=fy.P4TableMatch(port=port, now_us=f"{start_us}...{end_us - 1}"))
+
+
+@dataclass(frozen=True)
+class BurstStart:
+    """A burst-start digest: DDL job `job` began a burst towards `port` at `ts_us` (switch clock)."""
+
+    switch_id: int
+    port: int
+    job: int
+    ts_us: int
+    queue_pkts: int  # queue the burst met (left behind by the port's last departure)
+
+    @classmethod
+    def from_digest(cls, data: dict) -> "BurstStart":
+        return cls(int(data["switch_id"]), int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]))
+
+
+PORT_COUNTERS = {
+    "rx": "rx_port_class",                 # arrived, by ingress port
+    "to_queue": "to_queue_port_class",     # handed to the egress queue, by egress port
+    "tx": "tx_port_class",                 # left the switch, by egress port
+    "marked": "marked_port_class",
+    "dropped": "dropped_port_class",       # dropped by the program (PCN early drop)
+}
+
+
+async def read_port_counters(switch: fy.Switch) -> dict[tuple[int, str, str], tuple[int, int]]:
+    """(port, class name, counter) -> (packets, bytes), for every non-zero slot.
+
+    Drops at a full queue never reach egress: to_queue - tx - dropped - (still queued) counts them.
+    """
+    out: dict[tuple[int, str, str], tuple[int, int]] = {}
+    for label, counter in PORT_COUNTERS.items():
+        async for entry in switch.read(fy.P4CounterEntry(counter)):
+            if entry.index is None or entry.data is None or not entry.packet_count:
+                continue
+            port, cls = divmod(entry.index, 2)
+            out[(port, CLASS_NAMES[cls], label)] = (entry.packet_count, entry.byte_count)
+    return out

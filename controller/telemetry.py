@@ -1,0 +1,71 @@
+"""The queue telemetry record of p4src/headers.p4 (telemetry_h), decoded with `struct` for speed
+(telemetry_layer.py has scapy's view of it, for crafting and looking at packets)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+ETHERTYPE_PCN_TELEMETRY = 0x88B5
+# seq, switch_id, egress_port, class, job, flags, reserved, ingress_ts (hi16, lo32), egress_ts (hi16,
+# lo32), enq_qdepth, deq_qdepth, queue_delay, packet_length, reserved2: 40 bytes.
+RECORD = struct.Struct("!IHHBBBBHIHIIIIHH")
+ETH_HEADER = 14
+
+FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START, FLAG_IN_WINDOW, FLAG_ECT = 0x01, 0x02, 0x04, 0x08, 0x10
+
+COLUMNS = ("host_ns", "switch", "seq", "port", "class", "job", "ingress_us", "egress_us", "enq_qdepth",
+           "deq_qdepth", "queue_delay_us", "packet_length", "marked", "dropped", "burst_start",
+           "in_window", "ect")
+
+
+@dataclass(frozen=True)
+class TelemetryRecord:
+    seq: int
+    switch_id: int
+    port: int
+    traffic_class: int
+    job: int
+    flags: int
+    ingress_us: int
+    egress_us: int
+    enq_qdepth: int
+    deq_qdepth: int
+    queue_delay_us: int
+    packet_length: int
+
+    @property
+    def marked(self) -> bool:
+        return bool(self.flags & FLAG_MARKED)
+
+    @property
+    def dropped(self) -> bool:
+        return bool(self.flags & FLAG_DROPPED)
+
+    @property
+    def burst_start(self) -> bool:
+        return bool(self.flags & FLAG_BURST_START)
+
+    @property
+    def in_window(self) -> bool:
+        return bool(self.flags & FLAG_IN_WINDOW)
+
+    @property
+    def ect(self) -> bool:
+        return bool(self.flags & FLAG_ECT)
+
+    def row(self, host_ns: int, switch: str) -> tuple:
+        return (host_ns, switch, self.seq, self.port, "ddl" if self.traffic_class == 1 else "background",
+                self.job, self.ingress_us, self.egress_us, self.enq_qdepth, self.deq_qdepth,
+                self.queue_delay_us, self.packet_length, int(self.marked), int(self.dropped),
+                int(self.burst_start), int(self.in_window), int(self.ect))
+
+
+def decode_frame(frame: bytes) -> TelemetryRecord | None:
+    """The record in an Ethernet frame, or None if the frame is not one."""
+    if len(frame) < ETH_HEADER + RECORD.size or frame[12:14] != b"\x88\xb5":
+        return None
+    (seq, switch_id, port, cls, job, flags, _, in_hi, in_lo, eg_hi, eg_lo, enq, deq, delay, length,
+     _) = RECORD.unpack_from(frame, ETH_HEADER)
+    return TelemetryRecord(seq, switch_id, port, cls, job, flags, (in_hi << 32) | in_lo,
+                           (eg_hi << 32) | eg_lo, enq, deq, delay, length)

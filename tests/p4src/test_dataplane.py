@@ -1,0 +1,209 @@
+"""p4src/pcn.p4 on real BMv2: modes, burst digests, telemetry and counters, with real packets.
+
+One switch for the whole module; each test switches the bottleneck port's mode at run time (which is
+itself under test: no restart, no recompilation).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import needs_bmv2
+from pcnlab.controller.dataplane import PortMode
+
+pytestmark = [needs_bmv2, pytest.mark.slow]
+
+K, K_PRE = 30, 8
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    from dataplane_rig import DataPlaneRig
+
+    rig = DataPlaneRig(tmp_path_factory.mktemp("dataplane"))
+    yield rig
+    rig.close()
+
+
+def _ce(packets, src_ip=None):
+    from scapy.layers.inet import IP
+
+    return [p for p in packets if IP in p and (src_ip is None or p[IP].src == src_ip) and p[IP].tos & 3 == 3]
+
+
+def _port_records(records, rig):
+    return [r for r in records if r["port"] == rig.port]
+
+
+def test_droptail_never_marks_and_drops_at_a_full_queue(rig):
+    rig.set_mode(PortMode("droptail"))
+    before = rig.counters()
+    with rig.capture() as packets, rig.queue_log() as (records, _):
+        rig.blast("h1", 400)  # more than the 300-packet queue holds
+        rig.drain(300)
+    assert len(packets) >= 250 and not _ce(packets)
+    recs = _port_records(records, rig)
+    assert recs and not any(r["marked"] for r in recs)
+    assert max(r["enq_qdepth"] for r in recs) >= 250
+    after = rig.counters()
+    handed = after[(rig.port, "background", "to_queue")][0] - before.get((rig.port, "background", "to_queue"), (0,))[0]
+    sent = after[(rig.port, "background", "tx")][0] - before.get((rig.port, "background", "tx"), (0,))[0]
+    # Drops at the full queue never reach P4: ingress-to-queue minus egress counts them.
+    assert handed == 400 and 250 <= sent < 400 and handed - sent == 400 - len(packets)
+
+
+def test_ecn_marks_ect_at_k(rig):
+    rig.set_mode(PortMode("ecn", k=K))
+    with rig.capture() as packets, rig.queue_log() as (records, summary):
+        rig.blast("h1", 120)
+        rig.drain(120)
+    recs = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    assert len(recs) == 120 and summary["lost"] == 0
+    # Exactly the packets that met a queue of K or more were marked.
+    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in recs)
+    marked = sum(r["marked"] for r in recs)
+    assert marked >= 60
+    assert len(_ce(packets)) == marked  # and the receiver saw those marks
+
+
+def test_ecn_leaves_non_ect_alone(rig):
+    rig.set_mode(PortMode("ecn", k=K))
+    with rig.capture() as packets, rig.queue_log() as (records, _):
+        rig.blast("h1", 120, ecn=0)
+        rig.drain(120)
+    assert len(packets) == 120 and not _ce(packets)
+    assert not any(r["marked"] or r["dropped"] for r in _port_records(records, rig))
+
+
+def test_pcn_marks_background_at_k_pre_only_inside_an_armed_window(rig):
+    rig.set_mode(PortMode("pcn", k=K, k_pre=K_PRE))
+    # Outside any window: K applies.
+    with rig.queue_log() as (records, _):
+        rig.blast("h1", 80)
+        rig.drain(80)
+    recs = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    assert recs and all(r["marked"] == (r["enq_qdepth"] >= K) for r in recs)
+    assert not any(r["in_window"] for r in recs)
+
+    # Inside a window armed in the switch's clock: K_pre for background, never below K for DDL.
+    now = rig.now_us()
+    start, end = now, now + 3_000_000
+    rig.arm_window(start, end)
+    try:
+        with rig.capture() as packets, rig.queue_log() as (records, _):
+            rig.blast("h1", 60)
+            rig.blast("h2", 60)
+            rig.drain(120)
+    finally:
+        rig.remove_window(start, end)
+    recs = _port_records(records, rig)
+    bg = [r for r in recs if r["class"] == "background"]
+    ddl = [r for r in recs if r["class"] == "ddl"]
+    assert len(bg) == 60 and len(ddl) == 60
+    assert all(r["in_window"] and start <= r["ingress_us"] < end for r in bg)
+    assert all(r["marked"] == (r["enq_qdepth"] >= K_PRE) for r in bg)
+    assert sum(r["marked"] for r in bg) >= 40
+    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in ddl)
+    assert any(r["enq_qdepth"] >= K_PRE and not r["marked"] for r in ddl)
+    assert len(_ce(packets, rig.net.host("h1").IP())) == sum(r["marked"] for r in bg)
+
+
+def test_pcn_window_in_the_past_has_no_effect(rig):
+    rig.set_mode(PortMode("pcn", k=K, k_pre=K_PRE))
+    now = rig.now_us()
+    rig.arm_window(now - 2_000_000, now - 1_000_000)
+    with rig.queue_log() as (records, _):
+        rig.blast("h1", 60)
+        rig.drain(60)
+    recs = _port_records(records, rig)
+    assert recs and not any(r["in_window"] for r in recs)
+    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in recs)
+
+
+def test_pcn_can_drop_non_ect_background_early_inside_a_window(rig):
+    rig.set_mode(PortMode("pcn", k=K, k_pre=K_PRE, drop_non_ect=True))
+    now = rig.now_us()
+    rig.arm_window(now, now + 3_000_000)
+    with rig.capture() as packets, rig.queue_log() as (records, _):
+        rig.blast("h1", 60, ecn=0)
+        rig.drain(60)
+    recs = _port_records(records, rig)
+    dropped = [r for r in recs if r["dropped"]]
+    assert dropped and all(r["enq_qdepth"] >= K_PRE for r in dropped)
+    assert all(r["dropped"] == (r["enq_qdepth"] >= K_PRE) for r in recs)
+    assert len(packets) == 60 - len(dropped)
+
+
+def test_pcn_host_follows_the_announcement_counter(rig):
+    from dataplane_rig import PCN_START_DSCP
+
+    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE))
+    time.sleep(0.1)  # a DDL burst start needs silence before it (G)
+    with rig.queue_log() as (records, _):
+        rig.blast("h2", 1, dscp=PCN_START_DSCP)  # the announcement: a DDL burst is coming (+1)
+        rig.blast("h1", 60)                      # background meets the low threshold
+        rig.drain(61)
+        time.sleep(0.1)
+        rig.blast("h2", 5)                       # the burst arrives after silence (-1)
+        rig.blast("h1", 60)                      # background is back at K
+        rig.drain(65)
+    recs = _port_records(records, rig)
+    bg = [r for r in recs if r["class"] == "background"]
+    first, second = bg[:60], bg[60:]
+    assert all(r["in_window"] for r in first) and not any(r["in_window"] for r in second)
+    assert all(r["marked"] == (r["enq_qdepth"] >= K_PRE) for r in first)
+    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in second)
+
+
+def test_burst_start_digest_reports_the_queue_the_burst_met(rig):
+    rig.set_mode(PortMode("droptail"))
+    time.sleep(0.1)
+    rig.bursts.clear()
+    with rig.queue_log() as (records, _):
+        rig.blast("h1", 280)        # a standing queue of background, draining for 1.4 s
+        rig.blast("h2", 20)         # a DDL burst behind it (its sender starts while the queue drains)
+        rig.drain(300)
+        time.sleep(0.1)             # silence longer than G
+        rig.blast("h2", 20)         # a second burst meets an empty queue
+        rig.drain(20)
+    deadline = time.monotonic() + 5
+    while len(rig.bursts) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(rig.bursts) == 2, rig.bursts
+    first, second = rig.bursts
+    assert (first.switch_id, first.port, first.job) == (1, rig.port, 1)
+    starts = [r for r in _port_records(records, rig) if r["burst_start"]]
+    assert len(starts) == 2 and all(r["class"] == "ddl" for r in starts)
+    # The digest's queue (left behind by the last departure) is within a few packets of the queue the
+    # burst's first packet actually met (its enqueue depth in the telemetry record).
+    assert starts[0]["enq_qdepth"] > 30
+    assert abs(first.queue_pkts - starts[0]["enq_qdepth"]) <= 5
+    assert second.queue_pkts <= 2 and starts[1]["enq_qdepth"] <= 2
+    assert abs(first.ts_us - starts[0]["ingress_us"]) == 0
+    assert second.ts_us - first.ts_us > 100_000
+
+
+def test_telemetry_follows_the_queue_and_numbers_its_records(rig):
+    rig.set_mode(PortMode("droptail"))
+    with rig.queue_log() as (records, summary):
+        rig.blast("h1", 150)
+        rig.drain(150)
+    recs = _port_records(records, rig)
+    assert len(recs) == 150
+    depths = [r["enq_qdepth"] for r in recs]
+    peak = depths.index(max(depths))
+    assert max(depths) >= 120
+    # The queue rises while the burst arrives (a departure now and then takes one off) and falls as
+    # it drains: the depth left behind by each departure goes down to zero.
+    assert all(b >= a - 2 for a, b in zip(depths[:peak + 1], depths[1:peak + 1]))
+    assert depths[peak] - depths[0] >= 120
+    deq = [r["deq_qdepth"] for r in recs]
+    assert deq[-1] == 0 and all(b <= a for a, b in zip(deq[peak:], deq[peak + 1:]))
+    # Queueing delay matches depth / drain rate (200 packets/s: 5 ms a packet).
+    last = recs[peak]
+    assert abs(last["queue_delay_us"] - last["enq_qdepth"] * 5000) < 0.15 * last["enq_qdepth"] * 5000 + 5000
+    seqs = [r["seq"] for r in records]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    assert summary["lost"] == 0 and summary["records"] == len(records)
