@@ -175,6 +175,12 @@ class ControllerThread:
             self._failure = exc
             self._started.set()
         finally:
+            # Let cancelled tasks and open async generators (digest streams) finish on a live loop.
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
     def start(self, timeout: float = 30.0) -> "ControllerThread":
