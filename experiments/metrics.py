@@ -1,0 +1,140 @@
+"""Metrics of a run, computed from its files alone (the queue log, the controller's events, the
+workers' logs), so a finished run folder is enough to recompute them.
+
+The queue log has one row per telemetry record of a port; with sampling 1 in 1 each row is a packet.
+Times in the queue log are the switch's microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+BURSTINESS_SCALES_MS = (1, 5, 10, 50, 100)
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One DDL burst on a port, as the switch saw it."""
+
+    port: int
+    job: int
+    start_us: int          # ingress time of its first packet
+    end_us: int            # egress time of its last packet
+    packets: int
+    bytes: int
+    start_queue: int       # queue its first packet met (packets): the paper's "start queue length"
+    max_queue: int         # deepest queue any of its packets met
+
+    @property
+    def bct_us(self) -> int:
+        """Burst completion time: first packet in to last packet out."""
+        return self.end_us - self.start_us
+
+
+def bursts_from_queue_log(log: pd.DataFrame, gap_us: int) -> list[Burst]:
+    """Split each (port, job)'s DDL packets into bursts at silences longer than `gap_us` (the same G
+    the switch uses), and measure each burst."""
+    ddl = log[log["class"] == "ddl"].sort_values("ingress_us")
+    bursts: list[Burst] = []
+    for (port, job), group in ddl.groupby(["port", "job"], sort=True):
+        ingress = group["ingress_us"].to_numpy()
+        starts = np.flatnonzero(np.diff(ingress, prepend=-(10**18)) > gap_us)
+        bounds = list(starts) + [len(group)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            part = group.iloc[a:b]
+            bursts.append(Burst(
+                port=int(port), job=int(job), start_us=int(part["ingress_us"].iloc[0]),
+                end_us=int(part["egress_us"].max()), packets=len(part),
+                bytes=int(part["packet_length"].sum()), start_queue=int(part["enq_qdepth"].iloc[0]),
+                max_queue=int(part["enq_qdepth"].max())))
+    return sorted(bursts, key=lambda b: b.start_us)
+
+
+def ideal_bct_us(burst_bytes: int, rate_pps: int, frame_bytes: int = 1514) -> float:
+    """B/R: the time the burst alone needs at the port's rate (BMv2 drains packets, so bytes are
+    counted in full frames)."""
+    return math.ceil(burst_bytes / frame_bytes) / rate_pps * 1e6
+
+
+def throughput_mbps(log: pd.DataFrame, traffic_class: str, port: int | None = None) -> float:
+    """Bytes of a class that left the switch over the span they took, in Mbit/s."""
+    rows = log[(log["class"] == traffic_class) & (log["dropped"] == 0)]
+    if port is not None:
+        rows = rows[rows["port"] == port]
+    if len(rows) < 2:
+        return 0.0
+    span = rows["egress_us"].max() - rows["egress_us"].min()
+    return float(rows["packet_length"].sum() * 8 / span) if span > 0 else 0.0
+
+
+def delay_percentiles(log: pd.DataFrame, traffic_class: str, qs=(50, 95, 99)) -> dict[str, float]:
+    rows = log[log["class"] == traffic_class]["queue_delay_us"]
+    if rows.empty:
+        return {}
+    return {f"p{q}": float(np.percentile(rows, q)) for q in qs}
+
+
+def marks_and_drops(log: pd.DataFrame) -> dict[str, dict[str, int]]:
+    out = {}
+    for cls, rows in log.groupby("class"):
+        out[str(cls)] = {"packets": int(len(rows)), "marked": int(rows["marked"].sum()),
+                         "dropped": int(rows["dropped"].sum())}
+    return out
+
+
+def peak_to_mean(times_us: np.ndarray, sizes: np.ndarray, scale_ms: float) -> float:
+    """Peak over mean of the bytes per bin of `scale_ms` ("On the Burstiness of Distributed ML
+    Traffic"): 1 for smooth traffic, large for on/off bursts."""
+    if len(times_us) == 0:
+        return float("nan")
+    width = scale_ms * 1000
+    bins = ((times_us - times_us.min()) // width).astype(np.int64)
+    per_bin = np.bincount(bins, weights=sizes)
+    mean = per_bin.mean()
+    return float(per_bin.max() / mean) if mean > 0 else float("nan")
+
+
+def max_backlog(times_us: np.ndarray, sizes: np.ndarray, rate_mbps: float) -> float:
+    """B_max(r): the largest backlog (bytes) a queue served at `rate_mbps` would build on this
+    arrival sequence."""
+    if len(times_us) == 0:
+        return 0.0
+    order = np.argsort(times_us)
+    t = times_us[order].astype(float)
+    s = sizes[order].astype(float)
+    rate = rate_mbps * 1e6 / 8 / 1e6  # bytes per microsecond
+    backlog, peak, last = 0.0, 0.0, t[0]
+    for ti, si in zip(t, s):
+        backlog = max(0.0, backlog - (ti - last) * rate) + si
+        peak = max(peak, backlog)
+        last = ti
+    return peak
+
+
+def burstiness(log: pd.DataFrame, traffic_class: str = "ddl", rates_mbps=(5, 10, 20, 50, 100)) -> dict:
+    rows = log[log["class"] == traffic_class]
+    times = rows["ingress_us"].to_numpy(dtype=np.int64)
+    sizes = rows["packet_length"].to_numpy(dtype=np.int64)
+    return {
+        "peak_to_mean": {f"{ms}ms": peak_to_mean(times, sizes, ms) for ms in BURSTINESS_SCALES_MS},
+        "max_backlog_bytes": {f"{r}Mbps": max_backlog(times, sizes, r) for r in rates_mbps},
+    }
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % interval (Student's t), over repetitions."""
+    data = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not data:
+        return float("nan"), float("nan")
+    if len(data) == 1:
+        return float(data[0]), float("nan")
+    from statistics import mean, stdev
+
+    # Two-sided 97.5 % quantiles of Student's t for small samples; normal beyond.
+    t = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+    dof = len(data) - 1
+    return mean(data), t.get(dof, 1.96) * stdev(data) / math.sqrt(len(data))

@@ -1,0 +1,65 @@
+"""Metrics from a queue log, on logs whose answers are known by construction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcnlab.experiments.metrics import (bursts_from_queue_log, burstiness, ideal_bct_us, marks_and_drops,
+                                        max_backlog, mean_ci95, peak_to_mean, throughput_mbps)
+
+
+def _log(rows):
+    cols = ["port", "class", "job", "ingress_us", "egress_us", "enq_qdepth", "packet_length", "marked",
+            "dropped", "queue_delay_us"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _burst(port, job, t0, n, q0, spacing=10, drain=100):
+    return [(port, "ddl", job, t0 + i * spacing, t0 + (q0 + i + 1) * drain, q0 + i, 1000, 0, 0, (q0 + i) * drain)
+            for i in range(n)]
+
+
+def test_bursts_are_split_at_silences_and_measured():
+    rows = _burst(2, 1, 0, 10, q0=35) + _burst(2, 1, 100_000, 10, q0=5) + [
+        (2, "background", 0, 50, 60, 3, 1500, 1, 0, 10)]
+    bursts = bursts_from_queue_log(_log(rows), gap_us=2000)
+    assert [(b.start_queue, b.max_queue, b.packets, b.bytes) for b in bursts] == [(35, 44, 10, 10_000), (5, 14, 10, 10_000)]
+    assert bursts[0].bct_us == (35 + 10) * 100 and bursts[1].start_us == 100_000
+
+
+def test_jobs_on_one_port_are_separate_bursts():
+    rows = _burst(2, 1, 0, 5, q0=0) + _burst(2, 2, 20, 5, q0=0)
+    assert sorted(b.job for b in bursts_from_queue_log(_log(rows), gap_us=2000)) == [1, 2]
+
+
+def test_ideal_bct_counts_full_frames_at_the_port_rate():
+    assert ideal_bct_us(15140, rate_pps=1000) == pytest.approx(10_000)
+
+
+def test_throughput_and_marks():
+    rows = [(1, "background", 0, i * 1000, i * 1000 + 10, 0, 1250, i % 2, 0, 5) for i in range(11)]
+    log = _log(rows)
+    assert throughput_mbps(log, "background") == pytest.approx(11 * 1250 * 8 / 10_000)
+    assert marks_and_drops(log)["background"] == {"packets": 11, "marked": 5, "dropped": 0}
+
+
+def test_peak_to_mean_and_backlog():
+    # Smooth: one 1000-byte packet every ms. Bursty: 10 packets back to back every 10 ms.
+    smooth_t = np.arange(0, 100_000, 1000)
+    bursty_t = np.concatenate([np.arange(10) + k * 10_000 for k in range(10)])
+    sizes = np.full(100, 1000)
+    assert peak_to_mean(smooth_t, sizes, 1) == pytest.approx(1.0)
+    assert peak_to_mean(bursty_t, sizes, 1) == pytest.approx(10 / (100 / 91))  # 91 one-ms bins span the trace
+    assert peak_to_mean(bursty_t, sizes, 10) == pytest.approx(1.0)
+    # At 8 Mbit/s (1000 bytes a ms) the smooth flow never queues more than a packet; the bursts do.
+    assert max_backlog(smooth_t, sizes, 8) == pytest.approx(1000)
+    assert max_backlog(bursty_t, sizes, 8) > 9000
+    assert set(burstiness(_log(_burst(1, 1, 0, 50, 0)))["peak_to_mean"]) == {"1ms", "5ms", "10ms", "50ms", "100ms"}
+
+
+def test_mean_ci95():
+    mean, half = mean_ci95([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / np.sqrt(3))
+    assert mean_ci95([5.0])[0] == 5.0
