@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,18 @@ class SwitchEndpoint:
     ports: dict[int, str] = field(default_factory=dict)  # port number -> the peer node's name
     routes: tuple[Route, ...] = ()
     queues: tuple[PortQueue, ...] = ()
+
+
+def save_endpoints(endpoints: list[SwitchEndpoint], path: Path) -> None:
+    """Written into a run folder, so `pcnlab controller` can drive a network it did not start."""
+    Path(path).write_text(json.dumps([asdict(ep) for ep in endpoints], indent=1))
+
+
+def load_endpoints(path: Path) -> list[SwitchEndpoint]:
+    out = []
+    for raw in json.loads(Path(path).read_text()):
+        raw["ports"] = {int(k): v for k, v in raw["ports"].items()}
+        raw["routes"] = tuple(Route(**r) for r in raw["routes"])
+        raw["queues"] = tuple(PortQueue(**q) for q in raw["queues"])
+        out.append(SwitchEndpoint(**raw))
+    return out

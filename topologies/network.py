@@ -15,7 +15,7 @@ from mininet.net import Mininet
 from mininet.node import CPULimitedHost, Host
 from mininet.nodelib import LinuxBridge
 
-from pcnlab.controller.specs import SwitchEndpoint
+from pcnlab.controller.specs import SwitchEndpoint, save_endpoints
 from pcnlab.errors import UsageError
 from pcnlab.ledger import RunLedger
 from pcnlab.topologies.bmv2 import Bmv2Switch
@@ -223,3 +223,5 @@ class PcnNetwork:
             },
         }
         (self.run_dir / "network.json").write_text(json.dumps(desc, indent=1))
+        if self.bmv2_switches:
+            save_endpoints(self.endpoints(), self.run_dir / "endpoints.json")
