@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pcnlab.ledger import RunLedger, clean_stale
+from pcnlab.ledger import RunLedger
 from pcnlab.toolchain import require_root
 
 
@@ -24,10 +24,8 @@ class RunFolder:
 
     @classmethod
     def create(cls, results_root: Path, experiment: str, run: str, stamp: str | None = None) -> "RunFolder":
-        """Cleans what dead earlier runs left, then opens a fresh run folder with its ledger."""
+        """Opens a fresh run folder with its ledger (the network cleans up after dead runs)."""
         require_root()
-        for report in clean_stale():
-            print(f"cleaned up after a dead run: {report.summary()}")
         stamp = stamp or _stamp()
         path = (Path(results_root) / experiment / stamp / run).resolve()
         path.mkdir(parents=True, exist_ok=False)

@@ -16,8 +16,8 @@ from mininet.node import CPULimitedHost, Host
 from mininet.nodelib import LinuxBridge
 
 from pcnlab.controller.specs import SwitchEndpoint, save_endpoints
-from pcnlab.errors import UsageError
-from pcnlab.ledger import RunLedger
+from pcnlab.errors import PcnLabError, UsageError
+from pcnlab.ledger import RunLedger, clean_stale
 from pcnlab.topologies.bmv2 import Bmv2Switch
 from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
@@ -105,17 +105,25 @@ class PcnNetwork:
         self.net: Mininet | None = None
         self._lock_fd: int | None = None
 
-    def _acquire_lock(self, say=print) -> None:
+    def _acquire_lock(self, say=print, timeout: float = 900.0) -> None:
         NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(NETWORK_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            say(f"waiting for another PCN Lab network to finish (pid {holder})")
-            started = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            say(f"  waited {time.monotonic() - started:.0f} s")
+        started = time.monotonic()
+        waiting = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                if not waiting:
+                    say(f"waiting for another PCN Lab network to finish (pid {holder})")
+                    waiting = True
+                if time.monotonic() - started > timeout:
+                    os.close(fd)
+                    raise PcnLabError(f"another PCN Lab network (pid {holder}) has been running for over "
+                                      f"{timeout:.0f} s; stop it, or `pcnlab clean` if it is dead")
+                time.sleep(0.5)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
@@ -144,6 +152,9 @@ class PcnNetwork:
     def start(self) -> "PcnNetwork":
         opts = self.options
         self._acquire_lock()
+        # Whatever a dead run left (interfaces named like ours, processes) goes before we build.
+        for report in clean_stale():
+            print(f"cleaned up after a dead run: {report.summary()}")
         if opts.host_cpu is not None:
             host = functools.partial(TrackedCPULimitedHost, ledger=self.ledger, cpu=opts.host_cpu)
         else:

@@ -41,11 +41,17 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
     switch = "bmv2" if shutil.which("simple_switch_grpc") else "bridge"
     # An unrelated interface that happens to look like Mininet's: clean must not touch it.
     subprocess.run(["ip", "link", "add", "s9-eth1", "type", "veth", "peer", "name", "pcntest1"], check=True)
+    child = None
     try:
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), switch],
                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
-        run_dir = Path(child.stdout.readline().strip())
-        assert run_dir.is_dir(), "the child did not start its network"
+        lines = []
+        for line in child.stdout:  # it may first report what it cleaned up after earlier runs
+            lines.append(line)
+            if line.startswith(str(tmp_path)):
+                break
+        run_dir = Path(lines[-1].strip()) if lines else Path("/nonexistent")
+        assert run_dir.is_dir(), f"the child did not start its network: {lines}"
         data = LedgerData.from_json((run_dir / "started.json").read_text())
         assert data.namespaces and data.interfaces
         if switch == "bmv2":
@@ -79,4 +85,8 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
         assert "nothing to clean" in again.stdout
         assert json.loads((run_dir / "status.json").read_text())["status"] == "running"  # it never finished
     finally:
+        if child is not None and child.poll() is None:  # a failed assertion must not leave the network (and its lock) behind
+            child.kill()
+            child.wait()
+            subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True)
         subprocess.run(["ip", "link", "del", "s9-eth1"], capture_output=True)
