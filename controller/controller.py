@@ -59,6 +59,9 @@ class PcnController:
         # The modes in force now (they change at run time and must survive a switch restart).
         self.modes = {name: dict(cfg.modes) for name, cfg in self.dataplane.items()}
         self.on_burst = list(on_burst)
+        # Coroutines run once the sessions are opening, and before they close (e.g. the scheduler's).
+        self.on_start: list[Callable[[], Awaitable[None]]] = []
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
         # How many times each switch has been (re)configured: a restart shows as a second time.
         self.configured: dict[str, int] = {name: 0 for name in self.endpoints}
         self.errors: list[str] = []
@@ -144,7 +147,13 @@ class PcnController:
             listeners = [asyncio.create_task(self._listen_for_bursts(sw)) for sw in self.switches.values()]
         try:
             async with fy.Controller(self.switches.values()):
-                await stop.wait()
+                for hook in self.on_start:
+                    await hook()
+                try:
+                    await stop.wait()
+                finally:
+                    for hook in self.on_stop:
+                        await hook()
         finally:
             for task in listeners:
                 task.cancel()
