@@ -1,6 +1,6 @@
 """The topologies PCN Lab ships, as Mininet Topos taking link rates (Mbit/s) and queue depths (packets).
 
-Hosts are h1..hN with 10.0.0.N/24 and MAC 00:00:00:00:00:NN; switches s1..sM. Each topology names
+Hosts are h1..hN with 10.0.0.N/16 and MAC 00:00:00:00:00:NN; switches s1..sM. Each topology names
 the roles its hosts play (`roles`), so experiments can place jobs without knowing the numbering.
 Link options use Mininet's own names: `bw` (Mbit/s) and `max_queue_size` (packets). On BMv2 they set
 the switch's egress queue on that port; on the Linux-bridge variant TCLink applies them with tc.
