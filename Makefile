@@ -14,7 +14,7 @@ test: deps
 	$(SUDO) $(PY) -m pytest $(PYTEST_ARGS)
 
 run: deps
-	$(SUDO) $(PCNLAB) slice --topology tree
+	$(SUDO) $(PCNLAB) run experiments/smoke.yaml
 
 p4: deps
 	$(PCNLAB) p4

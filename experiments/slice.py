@@ -27,7 +27,7 @@ class SliceResult:
 
 
 def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path("results"),
-              topo_params: dict | None = None, say=print) -> SliceResult:
+              topo_params: dict | None = None, say=print, cli: bool = False) -> SliceResult:
     topo = make_topology(topology, **(topo_params or {}))
     check_supported(topo, options)
     program = P4Program.named() if options.switch == "bmv2" else None
@@ -55,6 +55,11 @@ def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path(
                         received += ok
                         if not ok:
                             say(f"      {src.name} -> {dst.name}: no reply")
+                if cli:
+                    from mininet.cli import CLI
+
+                    say(f"Mininet CLI; in another terminal: sudo pcnlab controller --topology {run.path}")
+                    CLI(net.net)
             finally:
                 if controller is not None:
                     controller.stop()

@@ -48,8 +48,51 @@ def _cmd_slice(args) -> int:
 
     options = NetworkOptions(switch=args.switch, packet_log=args.packet_log, pcap=args.pcap,
                              grpc_base_port=args.grpc_base_port, thrift_base_port=args.thrift_base_port)
-    result = run_slice(args.topology, options, Path(args.results))
+    result = run_slice(args.topology, options, Path(args.results), cli=args.cli)
     return 0 if result.received == result.sent else 1
+
+
+def _cmd_controller(args) -> int:
+    from pcnlab.controller.standalone import run_standalone
+
+    run_standalone(Path(args.topology), args.mode, args.k, args.k_pre, args.burst_gap_us,
+                   Path(args.events) if args.events else None)
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from pcnlab.experiments.config import load_experiment
+
+    experiment = load_experiment(args.file, args.overrides)
+    runs = experiment.runs()
+    if args.dry_run:
+        print(f"{experiment.name}: {len(runs)} run(s), valid")
+        for run in runs:
+            print(f"  {run.name}: {run.topology.kind}, {run.switch.kind}, mode {run.mode.kind}, "
+                  f"{len(run.jobs)} job(s), {len(run.background)} background flow(s), {run.duration_s:g} s")
+        return 0
+    from pcnlab.experiments.runner import ExperimentRunner
+    from pcnlab.toolchain import require_root
+
+    require_root()
+    outcomes = ExperimentRunner(experiment, Path(args.results)).run_all()
+    failed = [o for o in outcomes if o.status != "finished"]
+    return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
+
+
+def _cmd_report(args) -> int:
+    from pcnlab.experiments.analysis import format_table, run_dirs, summarise
+
+    rows = summarise(run_dirs(Path(args.dir)))
+    print(format_table(rows, markdown=args.markdown))
+    return 0
+
+
+def _cmd_queues(args) -> int:
+    from pcnlab.experiments.queues import show_queues
+
+    show_queues(Path(args.dir), args.switch, args.port, args.around_burst, args.margin_ms, args.rows)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +118,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-base-port", type=int, help="s<N> serves P4Runtime on this port + N - 1")
     p.add_argument("--thrift-base-port", type=int, help="s<N> serves thrift on this port + N - 1")
     p.add_argument("--results", default="results", help="results folder (default: results)")
+    p.add_argument("--cli", action="store_true", help="then open Mininet's CLI (exit it to stop)")
     p.set_defaults(func=_cmd_slice)
+
+    p = sub.add_parser("run", help="run an experiment file (every run of its sweep)")
+    p.add_argument("file", help="an experiment YAML file, e.g. experiments/smoke.yaml")
+    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                   help="override a key (dotted), e.g. --set mode=pcn --set duration_s=10")
+    p.add_argument("--dry-run", action="store_true", help="validate and list the runs; start nothing")
+    p.add_argument("--results", default="results", help="results folder (default: results)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("report", help="compare the runs of a finished experiment (never re-runs)")
+    p.add_argument("dir", help="results/<experiment>[/<timestamp>|/latest] or a run folder")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("queues", help="a run's switch queue log, zoomed on a burst")
+    p.add_argument("dir", help="a run folder")
+    p.add_argument("--switch", help="switch (default: the bottleneck's)")
+    p.add_argument("--port", type=int, help="port (default: where DDL queued most)")
+    p.add_argument("--around-burst", type=int, help="print and plot the records around burst N")
+    p.add_argument("--margin-ms", type=float, default=20.0, help="how much before and after the burst (ms)")
+    p.add_argument("--rows", type=int, default=60, help="rows to print at most")
+    p.set_defaults(func=_cmd_queues)
+
+    p = sub.add_parser("controller", help="run the controller alone against running switches")
+    p.add_argument("--topology", required=True, help="the run folder of a running network (its endpoints.json)")
+    p.add_argument("--mode", default="ecn", help="droptail, ecn, pcn, pcn-host (default: ecn)")
+    p.add_argument("--k", type=int, default=40, help="ECN threshold K, packets (default 40)")
+    p.add_argument("--k-pre", type=int, default=10, help="PCN threshold K_pre, packets (default 10)")
+    p.add_argument("--burst-gap-us", type=int, default=2000, help="idle gap G before a burst start (us)")
+    p.add_argument("--events", help="event log path (default: in the run folder)")
+    p.set_defaults(func=_cmd_controller)
     return parser
 
 
@@ -94,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pcnlab: interrupted; what this run started was removed", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,479 @@
+"""Learns each DDL job's iteration rhythm from the switch's burst-start reports and predicts its next
+burst start, with a confidence. Pure: no I/O and no clock of its own; every time is the switch's clock
+(microseconds since that switch started), as the reports carry it.
+
+One `BurstPredictor` per (switch, port, job); `PredictorBank` holds them. The hypothesis is a period and
+the recent reports that fit it, each on its slot (iteration number):
+
+- A report within tolerance of anchor + n * period (n = 1, or 2 when one report was missed) *matches*:
+  it joins the points and the period is the least-squares slope of the points over their slots, so a
+  missed report counts as two periods and jitter averages out over the window.
+- Any other report makes the recent reports compete (`fit_chain`): each candidate period is scored by
+  the chain of reports it explains backwards from one of the two newest reports, recent links weighing
+  most, minus the slots it predicts that saw no report and the reports it leaves unexplained. A single
+  spurious report is outvoted by the reports before it; a new period wins after two consistent reports;
+  reports resuming after a pause re-learn from scratch (the old period only as a first guess).
+- The next start is predicted two ways, and the one with the smaller recent error is used: from the
+  latest report plus a period (right when each iteration starts when the previous one ends: the jitter
+  accumulates) and from the least-squares line through the points (right when bursts keep a fixed
+  cadence and jitter around it, as the burst generator's --period does).
+
+Confidence is the weakest of: support (matched intervals since the hypothesis began), hit rate (share of
+recent predicted slots that saw their burst), agreement (share of recent reports that matched: reports
+at unforeseen times mean the rhythm is not what we think), regularity (timing spread against the
+period) and freshness (more than `max_missed` slots gone by without a report means the job paused: 0, so the
+scheduler disarms and no stale window is predicted forever).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class BurstKey(NamedTuple):
+    switch: str
+    port: int
+    job: int
+
+
+@dataclass(frozen=True)
+class BurstReport:
+    """A burst start as the switch reported it (its digest): the first DDL packet of `job` towards `port`
+    after an idle gap longer than G, at `t_us` in the switch's clock, meeting `queue_pkts` packets queued."""
+
+    switch: str
+    port: int
+    job: int
+    t_us: int
+    queue_pkts: int = 0
+
+    @property
+    def key(self) -> BurstKey:
+        return BurstKey(self.switch, self.port, self.job)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The next burst start of one key, and how much to trust it."""
+
+    key: BurstKey
+    next_start_us: int      # switch clock
+    period_us: float
+    confidence: float       # 0..1; the scheduler arms only when `confident`
+    jitter_us: float        # RMS of the recent prediction errors: the spread a window must cover
+    based_on: int           # matched reports behind the period (since the hypothesis began)
+    tolerance_us: float     # a report farther than this from next_start_us does not match
+    queue_pkts: int         # the largest queue the recent bursts met (what a pre-drain has to drain)
+    confident: bool
+    missed: int = 0         # predicted slots gone by without a report (the forecast rolled past them)
+
+    @property
+    def expires_us(self) -> int:
+        """No report by then means this slot was missed: ask the predictor again (`forecast(now)`)."""
+        return self.next_start_us + int(math.ceil(self.tolerance_us))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one report did to its predictor: for the event log and the benchmark."""
+
+    report: BurstReport
+    # first | learning | match | missed (matched after missed slots) | spurious | refit (a new period or
+    # phase won) | resync (after a pause) | duplicate | reset (the switch's clock went back: it restarted)
+    kind: str
+    predicted_us: int | None    # the start predicted for this report's slot (None: nothing learned yet)
+    error_us: int | None        # actual - predicted
+    was_confident: bool         # the prediction for this slot was confident (a window was due)
+    prediction: Prediction | None  # the forecast of the next burst after this report, any confidence
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    history: int = 12             # raw reports kept for re-fitting
+    points: int = 16              # matched reports in the period fit (fewer: follows drift sooner)
+    errors: int = 16              # recent errors behind the jitter estimate and the model choice
+    outcomes: int = 8             # recent predicted slots behind the hit rate
+    gate_sigmas: float = 4.0      # a report matches within gate_sigmas x jitter ...
+    min_tol_frac: float = 0.05    # ... but never tighter than this share of the period
+    max_tol_frac: float = 0.25    # ... nor looser than this one (beyond, a report is another burst)
+    min_tol_us: float = 200.0     # and never below this (report timing itself is not exact)
+    fit_tol_frac: float = 0.2     # link tolerance when re-fitting without a jitter estimate
+    max_missed: int = 1           # missed reports tolerated in a row; more means the job paused
+    min_period_us: int = 1000     # shorter intervals are not iterations (the switch's G is about 2 ms)
+    support_links: int = 3        # matched intervals for full support (2 give 0.67: enough to arm)
+    regularity_scale: float = 0.15  # jitter of this share of the period halves the confidence
+    arm_confidence: float = 0.6
+    decay: float = 0.7            # weight of each older link in a re-fit's score
+    min_fit_score: float = 1.0    # a re-fit below this score is not adopted
+
+
+@dataclass(frozen=True)
+class ChainFit:
+    """One hypothesis scored on the recent reports: `points` are (slot, t_us), oldest first."""
+
+    period_us: float
+    score: float
+    points: tuple[tuple[int, int], ...]
+
+    @property
+    def anchor_us(self) -> int:
+        return self.points[-1][1]
+
+
+def _slope(points: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """Least-squares t = a + P * slot, relative to the newest point (absolute times squared lose digits).
+    Returns (P, a') with a' the line's value at the newest slot minus the newest time."""
+    k0, t0 = points[-1]
+    n = len(points)
+    xs = [k - k0 for k, _ in points]
+    ys = [t - t0 for _, t in points]
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0, 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return slope, my - slope * mx
+
+
+def _chain(times: Sequence[int], start: int, period: float, tol: float, cfg: PredictorConfig
+           ) -> tuple[float, list[tuple[int, int]]]:
+    """Walk back from times[start] one period (or max_missed + 1) at a time; score the walk."""
+    score = -float(len(times) - 1 - start)  # newer reports this hypothesis cannot explain
+    current, slot, weight = times[start], 0, 1.0
+    points = [(0, current)]
+    max_slots = cfg.max_missed + 1
+    j = start - 1
+    while j >= 0:
+        found = None
+        for k in range(j, -1, -1):
+            gap = current - times[k]
+            if gap > max_slots * period + tol * math.sqrt(max_slots):
+                break
+            n = round(gap / period)
+            if 1 <= n <= max_slots and abs(gap - n * period) <= tol * math.sqrt(n):
+                found = (k, n)
+                break
+        if found is None:
+            break
+        k, n = found
+        # +1 for the link, -1 per slot without a report, -1 per report in between it leaves unexplained;
+        # a link that costs more than it explains ends the chain (older reports belong to another rhythm).
+        gain = 1 - (n - 1) - (j - k)
+        if gain < 0:
+            break
+        score += weight * gain
+        slot -= n
+        current = times[k]
+        points.append((slot, current))
+        weight *= cfg.decay
+        j = k - 1
+    points.reverse()
+    return score, points
+
+
+def fit_chain(times: Sequence[int], candidates: Iterable[float], cfg: PredictorConfig,
+              tol_frac: float | None = None) -> ChainFit | None:
+    """The best (period, anchor) for the recent report times (ascending), starting from one of the two
+    newest. Candidates are the given periods and the intervals between recent reports. Links match
+    within `tol_frac` of the period: the tracker's own tolerance, or `fit_tol_frac` while learning."""
+    if tol_frac is None:
+        tol_frac = cfg.fit_tol_frac
+    times = list(times)
+    m = len(times)
+    if m < 2:
+        return None
+    periods = {round(p) for p in candidates if p >= cfg.min_period_us}
+    for start in (m - 1, m - 2):
+        for back in range(1, 4):
+            if start - back >= 0:
+                periods.add(times[start] - times[start - back])
+    diffs = sorted(b - a for a, b in zip(times, times[1:]))
+    periods.add(diffs[len(diffs) // 2])
+    best: ChainFit | None = None
+    for period in sorted(p for p in periods if p >= cfg.min_period_us):
+        for start in (m - 1, m - 2):
+            if start < 0:
+                continue
+            p = float(period)
+            for _refine in range(2):  # chain with the candidate, then with the slope of what it found
+                tol = max(tol_frac * p, cfg.min_tol_us)
+                score, points = _chain(times, start, p, tol, cfg)
+                if len(points) < 2:
+                    break
+                refined = _slope(points)[0]
+                if refined < cfg.min_period_us or abs(refined - p) < 1.0:
+                    break
+                p = refined
+            if len(points) < 2:
+                continue
+            # Ties go to the newer start, then to the earlier candidate.
+            if best is None or score > best.score + 1e-9 or (
+                    abs(score - best.score) <= 1e-9 and points[-1][1] > best.anchor_us):
+                best = ChainFit(p, score, tuple(points))
+    return best
+
+
+def _rms(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.sqrt(sum(v * v for v in values) / len(values)) if values else 0.0
+
+
+class BurstPredictor:
+    """Period, phase and confidence of one (switch, port, job)."""
+
+    def __init__(self, key: BurstKey, config: PredictorConfig | None = None):
+        self.key = key
+        self.config = config or PredictorConfig()
+        self.reports = 0
+        self.counts: dict[str, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        cfg = self.config
+        self._times: deque[int] = deque(maxlen=cfg.history)
+        self._queues: deque[int] = deque(maxlen=cfg.outcomes)
+        self._points: deque[tuple[int, int]] = deque(maxlen=cfg.points)
+        # Errors as shares of the period: a job's jitter scales with its iteration time, so the estimate
+        # carries over a change of period.
+        self._err_renewal: deque[float] = deque(maxlen=cfg.errors)
+        self._err_lattice: deque[float] = deque(maxlen=cfg.errors)
+        self._outcomes: deque[int] = deque(maxlen=cfg.outcomes)
+        self._agreement: deque[int] = deque(maxlen=cfg.outcomes)  # 1 per recent report that matched
+        self._period: float | None = None
+        self._support = 0
+        self._cache: tuple[bool, float, float, float] | None = None
+
+    # --- the model --------------------------------------------------------------------------------
+
+    @property
+    def period_us(self) -> float | None:
+        return self._period
+
+    def _model(self) -> tuple[bool, float]:
+        """(use the line, jitter in us): the model whose recent errors were smaller (renewal until the
+        line has a few points), and the RMS of its errors."""
+        renewal = _rms(self._err_renewal)
+        if len(self._points) >= 4 and len(self._err_lattice) >= 3:
+            lattice = _rms(self._err_lattice)
+            if lattice < renewal:
+                return True, lattice * (self._period or 0.0)
+        return False, renewal * (self._period or 0.0)
+
+    def _jitter(self) -> float:
+        return self._model()[1]
+
+    def _tolerance(self, jitter: float | None = None) -> float:
+        cfg, period = self.config, self._period or 0.0
+        if len(self._err_renewal) < 3:
+            tol = cfg.fit_tol_frac * period  # jitter not known yet: as loose as learning
+        else:
+            jitter = self._jitter() if jitter is None else jitter
+            tol = min(max(cfg.gate_sigmas * jitter, cfg.min_tol_frac * period), cfg.max_tol_frac * period)
+        return max(tol, cfg.min_tol_us)
+
+    def _derived(self) -> tuple[bool, float, float, float]:
+        """(use the line, jitter, tolerance, the line's offset at the newest point), computed once per
+        change of state: forecasts are asked for far more often than the state changes."""
+        if self._cache is None:
+            offset = _slope(self._points)[1] if len(self._points) >= 2 else 0.0
+            use_lattice, jitter = self._model()
+            self._cache = (use_lattice, jitter, self._tolerance(jitter), offset)
+        return self._cache
+
+    def _changed(self) -> None:
+        self._cache = None
+
+    def _predict_slot(self, n: int, offset: float | None = None) -> tuple[float, float]:
+        """(renewal, lattice) predictions of the start n slots after the newest point."""
+        slot, t = self._points[-1]
+        renewal = t + n * self._period
+        if len(self._points) >= 2:
+            if offset is None:
+                offset = _slope(self._points)[1]
+            return renewal, t + offset + n * self._period
+        return renewal, renewal
+
+    def _set_period(self) -> None:
+        if len(self._points) >= 2:
+            slope = _slope(self._points)[0]
+            if slope >= self.config.min_period_us:
+                self._period = slope
+
+    def _adopt(self, fit: ChainFit) -> None:
+        """Take a re-fitted hypothesis: its points and outcomes. The errors (the job's jitter) carry over;
+        only a predictor that has none yet replays them over the points as if it had tracked them."""
+        replay = not self._err_renewal
+        self._points.clear()
+        self._outcomes.clear()
+        self._period = fit.period_us
+        previous: tuple[int, int] | None = None
+        for point in fit.points:
+            if previous is not None:
+                n = point[0] - previous[0]
+                if replay and len(self._points) >= 2:
+                    renewal, lattice = self._predict_slot(n)
+                    self._err_renewal.append((point[1] - renewal) / math.sqrt(n) / fit.period_us)
+                    self._err_lattice.append((point[1] - lattice) / fit.period_us)
+                self._outcomes.extend([0] * (n - 1) + [1])
+            self._points.append(point)
+            previous = point
+        self._period = fit.period_us
+        self._support = len(fit.points) - 1
+        self._changed()
+
+    def _follow_drift(self) -> None:
+        """A period that changed by less than the tolerance shows as errors of one sign: then fit the
+        period on the latest points only, instead of waiting for the old ones to leave the window."""
+        errors = list(self._err_renewal)
+        if len(errors) < 8 or len(self._points) < 8:
+            return
+        recent, earlier = errors[-4:], errors[:-4]
+        same_sign = all(e > 0 for e in recent) or all(e < 0 for e in recent)
+        if same_sign and abs(sum(recent) / 4) > _rms(earlier):
+            for _ in range(len(self._points) - 5):
+                self._points.popleft()
+
+    def _resync(self, t_us: int) -> None:
+        """After a pause: start over from this report, the old period only as a first guess."""
+        self._points.clear()
+        self._points.append((0, t_us))
+        self._outcomes.clear()
+        self._support = 0
+        self._changed()
+
+    # --- reports and forecasts ---------------------------------------------------------------------
+
+    def observe(self, report: BurstReport) -> Observation:
+        t = report.t_us
+        if self._times and t <= self._times[-1]:
+            if t == self._times[-1]:
+                return self._record(report, "duplicate", None, None, False)
+            self._reset()  # the switch's clock went back: it restarted; what we knew is void
+            self._count("reset")
+        self.reports += 1
+        self._times.append(t)
+        self._queues.append(report.queue_pkts)
+        if self._period is None:
+            fit = fit_chain(self._times, (), self.config)
+            if fit is not None and fit.score >= self.config.min_fit_score:
+                self._adopt(fit)
+            return self._record(report, "first" if len(self._times) == 1 else "learning", None, None, False)
+
+        before = self.forecast(t)
+        assert before is not None
+        use_lattice, _, tol, offset = self._derived()
+        slot, anchor = self._points[-1]
+        gap = t - anchor
+        n = max(1, round(gap / self._period))
+        renewal, lattice = self._predict_slot(n, offset)
+        predicted = lattice if use_lattice else renewal
+        error = t - predicted
+        if n <= self.config.max_missed + 1 and abs(error) <= tol * math.sqrt(n):
+            kind = "match" if n == 1 else "missed"
+            self._err_renewal.append((t - renewal) / math.sqrt(n) / self._period)
+            if len(self._points) >= 2:
+                self._err_lattice.append((t - lattice) / self._period)
+            self._points.append((slot + n, t))
+            self._follow_drift()
+            self._outcomes.extend([0] * (n - 1) + [1])
+            self._support += 1
+            self._set_period()
+            self._changed()
+            if n > 1:
+                kind = self._refit(t, kind)  # two periods, or a doubled period? let the reports say
+        else:
+            kind = self._refit(t, "spurious")
+            if kind == "spurious" and gap > (self.config.max_missed + 1) * self._period + tol:
+                self._resync(t)
+                # Nothing was predicted for a burst after a pause: no error to record, no agreement lost.
+                return self._record(report, "resync", None, None, False)
+        # Reports the hypothesis did not foresee (spurious, or what forced a re-fit) cost agreement.
+        self._agreement.append(1 if kind in ("match", "missed") else 0)
+        return self._record(report, kind, round(predicted), round(error), before.confident)
+
+    def _refit(self, t: int, kind: str) -> str:
+        fit = fit_chain(self._times, (self._period,), self.config, self._tolerance() / self._period)
+        if fit is None or fit.score < self.config.min_fit_score:
+            return kind
+        same_anchor = fit.anchor_us == self._points[-1][1]
+        if same_anchor and abs(fit.period_us - self._period) <= self._tolerance():
+            return kind  # the current hypothesis is still the best one
+        self._adopt(fit)
+        return "refit"
+
+    def forecast(self, now_us: int) -> Prediction | None:
+        """The next burst start after `now_us` (switch clock), rolling past slots that went by without a
+        report, with its confidence. None until a period has been learned."""
+        if self._period is None or not self._points:
+            return None
+        cfg = self.config
+        use_lattice, jitter, tol, offset = self._derived()
+        anchor = self._points[-1][1]
+        n = 1 + max(0, math.floor((now_us - anchor - tol) / self._period))
+        missed = n - 1
+        renewal, lattice = self._predict_slot(n, offset)
+        next_start = lattice if use_lattice else renewal
+        # A renewal forecast n slots ahead spreads sqrt(n) times more.
+        spread = jitter if use_lattice else jitter * math.sqrt(n)
+        support = min(1.0, self._support / cfg.support_links)
+        outcomes = list(self._outcomes) + [0] * missed
+        hit_rate = sum(outcomes[-cfg.outcomes:]) / len(outcomes[-cfg.outcomes:]) if outcomes else 0.0
+        regularity = 1.0 / (1.0 + (jitter / (cfg.regularity_scale * self._period)) ** 2)
+        agreement = sum(self._agreement) / len(self._agreement) if len(self._agreement) >= 4 else 1.0
+        confidence = min(support, hit_rate, regularity, agreement) if missed <= cfg.max_missed else 0.0
+        return Prediction(
+            key=self.key, next_start_us=round(next_start), period_us=self._period, confidence=confidence,
+            jitter_us=spread, based_on=len(self._points), tolerance_us=tol * math.sqrt(n),
+            queue_pkts=max(self._queues, default=0), confident=confidence >= cfg.arm_confidence,
+            missed=missed)
+
+    def predict(self, now_us: int) -> Prediction | None:
+        """The forecast if it is confident, else None."""
+        prediction = self.forecast(now_us)
+        return prediction if prediction is not None and prediction.confident else None
+
+    def _count(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def _record(self, report: BurstReport, kind: str, predicted: int | None, error: int | None,
+                was_confident: bool) -> Observation:
+        self._count(kind)
+        return Observation(report, kind, predicted, error, was_confident, self.forecast(report.t_us))
+
+
+@dataclass
+class PredictorBank:
+    """One predictor per (switch, port, job), created on the key's first report. Keys share nothing but
+    the configuration (frozen)."""
+
+    config: PredictorConfig = field(default_factory=PredictorConfig)
+    predictors: dict[BurstKey, BurstPredictor] = field(default_factory=dict)
+
+    def record(self, report: BurstReport) -> Observation:
+        """Feed a report; the full account of what it did (for the event log)."""
+        predictor = self.predictors.get(report.key)
+        if predictor is None:
+            predictor = self.predictors[report.key] = BurstPredictor(report.key, self.config)
+        return predictor.observe(report)
+
+    def observe(self, report: BurstReport) -> Prediction | None:
+        """Feed a report; the confident prediction of that key's next burst, or None."""
+        prediction = self.record(report).prediction
+        return prediction if prediction is not None and prediction.confident else None
+
+    def forecast(self, key: BurstKey, now_us: int) -> Prediction | None:
+        predictor = self.predictors.get(key)
+        return predictor.forecast(now_us) if predictor is not None else None
+
+    def predict(self, key: BurstKey, now_us: int) -> Prediction | None:
+        predictor = self.predictors.get(key)
+        return predictor.predict(now_us) if predictor is not None else None
+
+    def forget_switch(self, switch: str) -> None:
+        """A restarted switch has a new clock: everything learned from it is void."""
+        for key in [k for k in self.predictors if k.switch == switch]:
+            del self.predictors[key]

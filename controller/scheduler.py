@@ -1,0 +1,153 @@
+"""PCN's scheduler on the controller's loop: burst-start digests in, pre-drain windows out.
+
+The pure core (predictor.py, windows.py) decides; this module does the I/O around it: it keeps a clock
+map per switch (BMv2's thrift clock read from the host, so timers can be set in the switch's clock),
+writes and removes `predrain_windows` entries, wakes up when a predicted burst is overdue, forgets a
+switch that restarted, removes every window on shutdown, and logs all of it to the event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import finsy as fy
+
+from pcnlab.controller.clock import ClockEstimator, ClockSample
+from pcnlab.controller.controller import PcnController
+from pcnlab.controller.dataplane import BurstStart
+from pcnlab.controller.events import EventLog
+from pcnlab.controller.predictor import BurstReport, PredictorBank
+from pcnlab.controller.specs import SwitchEndpoint
+from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
+from pcnlab.controller.windows import PlannerConfig, WindowChange, WindowPlanner, WindowScheduler
+
+CLOCK_PERIOD_S = 0.5
+MAX_SLEEP_S = 0.05
+
+
+class PcnScheduler:
+    def __init__(self, controller: PcnController, events: EventLog, planner: PlannerConfig,
+                 arm: bool = True):
+        """`arm=False` learns and logs predictions without writing windows (the baselines' runs)."""
+        self.controller = controller
+        self.events = events
+        self.arm = arm
+        self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
+        self.clocks = {name: ClockEstimator() for name in controller.endpoints}
+        self._thrift: dict[str, SwitchThrift] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.arm_latencies_s: list[float] = []
+        controller.on_burst.append(self.on_burst)
+        controller.on_ready.append(self._switch_ready)
+        controller.on_stop.append(self.shutdown)
+        controller.on_start.append(self.start)
+
+    # --- clocks ---------------------------------------------------------------------------------
+
+    def _sample_clock(self, switch: str) -> ClockSample:
+        thrift = self._thrift.get(switch)
+        if thrift is None:
+            thrift = self._thrift[switch] = SwitchThrift(self.controller.endpoints[switch].thrift_port, name=switch)
+        before = time.monotonic_ns()
+        switch_us = thrift.elapsed_us()
+        return ClockSample(before, switch_us, time.monotonic_ns())
+
+    async def _keep_clocks(self) -> None:
+        while True:
+            for switch, estimator in self.clocks.items():
+                try:
+                    sample = await asyncio.to_thread(self._sample_clock, switch)
+                except ThriftError as exc:
+                    self._thrift.pop(switch, None)
+                    self.events.write("clock_error", switch=switch, error=str(exc))
+                    continue
+                if estimator.add(sample):
+                    self.events.write("switch_clock_reset", switch=switch)
+                    self.core.forget_switch(switch)
+                clock = estimator.map
+                self.events.write("clock", switch=switch, switch_us=sample.switch_us,
+                                  round_trip_us=sample.round_trip_ns / 1000,
+                                  error_us=round(clock.error_us, 1), drift_ppm=round(clock.drift_ppm, 2))
+            await asyncio.sleep(CLOCK_PERIOD_S)
+
+    def switch_now_us(self, switch: str) -> int | None:
+        clock = self.clocks[switch].map
+        return clock.to_switch_us(time.monotonic_ns()) if clock is not None else None
+
+    # --- reports in, windows out ----------------------------------------------------------------
+
+    def on_burst(self, switch: str, burst: BurstStart) -> None:
+        report = BurstReport(switch, burst.port, burst.job, burst.ts_us, burst.queue_pkts)
+        covered = [w for w in self.core.planner.armed(report.key) if w.contains(report.t_us)]
+        observation, changes = self.core.on_report(report)
+        self.events.write("report", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
+                          queue_pkts=burst.queue_pkts, kind=observation.kind)
+        if observation.predicted_us is not None:
+            self.events.write("actual", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
+                              predicted_us=observation.predicted_us, error_us=observation.error_us,
+                              was_confident=observation.was_confident, covered=bool(covered),
+                              window=[covered[0].start_us, covered[0].end_us] if covered else None)
+        prediction = observation.prediction
+        if prediction is not None:
+            self.events.write("prediction", switch=switch, port=burst.port, job=burst.job,
+                              next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
+                              confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
+                              confident=prediction.confident)
+        self._tasks.append(asyncio.ensure_future(self._apply(changes)))
+        self._wake.set()
+
+    async def _apply(self, changes: list[WindowChange]) -> None:
+        for change in changes:
+            w = change.window
+            fields = dict(switch=w.switch, port=w.port, job=w.job, start_us=w.start_us, end_us=w.end_us,
+                          predicted_us=w.predicted_us, reason=change.reason, decided_us=change.at_us)
+            if not self.arm:
+                self.events.write(f"would_{change.op}", **fields)
+                continue
+            try:
+                if change.op == "arm":
+                    latency = await self.controller.arm_window(w.switch, w.port, w.start_us, w.end_us)
+                    self.arm_latencies_s.append(latency)
+                    self.events.write("arm", **fields, late=change.late, write_ms=round(latency * 1e3, 3))
+                else:
+                    await self.controller.remove_window(w.switch, w.port, w.start_us, w.end_us)
+                    self.events.write("disarm", **fields)
+            except Exception as exc:  # a switch that went away: its windows went with it
+                self.events.write("window_error", **fields, op=change.op, error=str(exc))
+
+    async def _ticks(self) -> None:
+        while True:
+            for switch in self.clocks:
+                now = self.switch_now_us(switch)
+                if now is not None:
+                    changes = self.core.tick(switch, now)
+                    if changes:
+                        await self._apply(changes)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), MAX_SLEEP_S)
+            except asyncio.TimeoutError:
+                pass
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks += [asyncio.ensure_future(self._keep_clocks()), asyncio.ensure_future(self._ticks())]
+
+    async def _switch_ready(self, switch: fy.Switch, endpoint: SwitchEndpoint) -> None:
+        # Configuring a switch cleared its tables (and a restart also reset its clock).
+        self.core.forget_switch(switch.name)
+        self.events.write("switch_ready", switch=switch.name, times=self.controller.configured[switch.name] + 1)
+
+    async def shutdown(self) -> None:
+        """Leave no window armed."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        now = {s: self.switch_now_us(s) or 0 for s in self.clocks}
+        await self._apply(self.core.shutdown(max(now.values(), default=0)))
+        for thrift in self._thrift.values():
+            thrift.close()
+        self.events.write("scheduler_stopped", **{"arm_writes": len(self.arm_latencies_s)})

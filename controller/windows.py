@@ -1,0 +1,290 @@
+"""The scheduler's window math: from a prediction, the pre-drain window to arm, and when to write,
+extend, replace and remove windows. Pure: it returns changes; the controller writes them (as
+`dataplane.window_entry`) and logs them. Every time is the switch's clock (microseconds), so each
+switch is handled on its own clock.
+
+A window for burst start s with jitter j is [s - m - lead, s + max(guard, m)), m = spread x j: the burst
+may come up to m early, and the queue must have drained `lead` before it; it may come up to m late.
+The window for the next burst is written as soon as the previous burst is reported (about a period of
+notice, far more than a P4Runtime write takes); the switch, not the write, opens and closes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from pcnlab.controller.predictor import BurstKey, BurstReport, Observation, Prediction, PredictorBank
+
+
+@dataclass(frozen=True)
+class Window:
+    """A pre-drain window [start_us, end_us) on one port, planned for one job's predicted burst."""
+
+    switch: str
+    port: int
+    job: int
+    start_us: int
+    end_us: int            # exclusive
+    k_pre: int
+    predicted_us: int = 0  # the burst start it was planned for
+
+    @property
+    def key(self) -> BurstKey:
+        return BurstKey(self.switch, self.port, self.job)
+
+    @property
+    def length_us(self) -> int:
+        return self.end_us - self.start_us
+
+    def contains(self, t_us: int) -> bool:
+        return self.start_us <= t_us < self.end_us
+
+    def overlaps(self, other: "Window") -> bool:
+        return self.start_us < other.end_us and other.start_us < self.end_us
+
+
+def default_lead_us(queue_pkts: int, rate_pps: float, rtt_us: int) -> int:
+    """How long before a burst the pre-drain must begin: the queue the last burst met, drained at the
+    port's rate, plus an RTT for the background senders to hear the marks and back off."""
+    if rate_pps <= 0:
+        raise ValueError(f"port rate must be positive, not {rate_pps}")
+    return math.ceil(max(queue_pkts, 0) * 1_000_000 / rate_pps) + max(rtt_us, 0)
+
+
+def plan_window(prediction: Prediction, lead_us: int, guard_us: int, k_pre: int, spread: float = 2.0) -> Window:
+    """The window for `prediction`'s burst: [s - m - lead, s + max(guard, m)) with m = spread x jitter."""
+    margin = math.ceil(spread * prediction.jitter_us)
+    start = prediction.next_start_us - margin - max(lead_us, 0)
+    end = prediction.next_start_us + max(guard_us, margin, 1)
+    key = prediction.key
+    return Window(key.switch, key.port, key.job, start, end, k_pre, prediction.next_start_us)
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    k_pre: int = 10
+    guard_us: int = 1000          # at least this long after the predicted start
+    spread: float = 2.0           # windows reach spread x the predicted jitter either side (bench: coverage/cost)
+    lead_us: int | None = None    # a fixed lead; None: default_lead_us(queue, port rate, rtt_us)
+    rtt_us: int = 1000
+    rate_pps: float = 1000.0      # port rate for the default lead, unless port_rates has the port
+    port_rates: Mapping[tuple[str, int], float] = field(default_factory=dict)
+    min_notice_us: int = 5000     # armed less than this before opening: flagged late (write latency)
+    max_extend: float = 2.0       # extend to cover a revised prediction up to this x the planned length
+
+
+@dataclass(frozen=True)
+class WindowChange:
+    op: Literal["arm", "disarm"]
+    window: Window
+    # arm: new | extend | replace;  disarm: replaced | stale | unconfident | expired | shutdown
+    reason: str
+    at_us: int                    # switch time of the decision
+    late: bool = False            # armed with less than min_notice_us before it opens
+
+
+class WindowPlanner:
+    """Which windows each key has armed, and what to change for a new prediction. A window never
+    outlives its end (it is a time range in the switch), no window is armed without a confident
+    prediction, and an unconfident key loses every window that has not ended."""
+
+    def __init__(self, config: PlannerConfig | None = None):
+        self.config = config or PlannerConfig()
+        self._armed: dict[BurstKey, list[Window]] = {}
+
+    def lead_for(self, prediction: Prediction) -> int:
+        cfg = self.config
+        if cfg.lead_us is not None:
+            return cfg.lead_us
+        key = prediction.key
+        rate = cfg.port_rates.get((key.switch, key.port), cfg.rate_pps)
+        # The largest queue recent bursts met, not only the last: once pre-drain works the last burst
+        # meets an empty queue, and a lead taken from it would shrink until a burst meets a full one.
+        return default_lead_us(prediction.queue_pkts, rate, cfg.rtt_us)
+
+    def window_for(self, prediction: Prediction) -> Window:
+        cfg = self.config
+        return plan_window(prediction, self.lead_for(prediction), cfg.guard_us, cfg.k_pre, cfg.spread)
+
+    def armed(self, key: BurstKey | None = None) -> list[Window]:
+        if key is not None:
+            return list(self._armed.get(key, ()))
+        return [w for windows in self._armed.values() for w in windows]
+
+    def update(self, key: BurstKey, prediction: Prediction | None, now_us: int) -> list[WindowChange]:
+        """What to write for `key` now, given its latest prediction (None or unconfident: disarm)."""
+        windows = self._armed.setdefault(key, [])
+        live = [w for w in windows if w.end_us > now_us]
+        if prediction is None or not prediction.confident:
+            return [self._remove(w, "unconfident", now_us) for w in live]
+        desired = self.window_for(prediction)
+        if desired.end_us <= now_us:
+            return []
+        same = [w for w in live if w.overlaps(desired)]
+        # Future windows for a burst no longer predicted (the hypothesis moved) go; an open one is left
+        # to close at its end: it is for the burst just seen.
+        changes = [self._remove(w, "stale", now_us) for w in live if w not in same and w.start_us > now_us]
+        if any(w.start_us <= desired.start_us and w.end_us >= desired.end_us for w in same):
+            return changes  # already covered
+        reason = "new"
+        if same:
+            start = min([desired.start_us] + [w.start_us for w in same])
+            end = max([desired.end_us] + [w.end_us for w in same])
+            if end - start <= self.config.max_extend * desired.length_us:
+                desired, reason = replace(desired, start_us=start, end_us=end), "extend"
+            else:
+                reason = "replace"
+        # Write the new window before removing the old ones, so there is no gap between them.
+        changes.append(self._add(desired, reason, now_us))
+        changes += [self._remove(w, "replaced", now_us) for w in same]
+        return changes
+
+    def expire(self, switch: str, now_us: int) -> list[WindowChange]:
+        """Entries of `switch` whose windows have ended: inert, removed to keep the table small."""
+        return [self._remove(w, "expired", now_us) for key, windows in self._armed.items()
+                if key.switch == switch for w in list(windows) if w.end_us <= now_us]
+
+    def disarm_all(self, reason: str = "shutdown", now_us: int = 0) -> list[WindowChange]:
+        """Every armed window, to remove (on shutdown: leave no window armed)."""
+        return [self._remove(w, reason, now_us) for w in self.armed()]
+
+    def forget_switch(self, switch: str) -> None:
+        """A restarted switch lost its table: nothing to remove, nothing armed."""
+        for key in [k for k in self._armed if k.switch == switch]:
+            del self._armed[key]
+
+    def _add(self, window: Window, reason: str, now_us: int) -> WindowChange:
+        # The table's key is (port, range): two jobs' windows on a port must not share a range, or
+        # removing one would remove the other.
+        taken = {(w.start_us, w.end_us) for w in self.armed() if (w.switch, w.port) == (window.switch, window.port)}
+        while (window.start_us, window.end_us) in taken:
+            window = replace(window, end_us=window.end_us + 1)
+        self._armed.setdefault(window.key, []).append(window)
+        late = window.start_us - now_us < self.config.min_notice_us
+        return WindowChange("arm", window, reason, now_us, late)
+
+    def _remove(self, window: Window, reason: str, now_us: int) -> WindowChange:
+        self._armed[window.key].remove(window)
+        return WindowChange("disarm", window, reason, now_us)
+
+
+class WindowScheduler:
+    """The pure core of the controller's scheduler loop: a predictor bank and a planner, driven by
+    reports and by timer ticks. The caller writes the changes, and calls `tick(switch, now)` at
+    `next_wakeup_us(switch)` (switch clock) so a missed report rolls the forecast on or disarms."""
+
+    def __init__(self, bank: PredictorBank | None = None, planner: WindowPlanner | None = None):
+        self.bank = bank or PredictorBank()
+        self.planner = planner or WindowPlanner()
+        self._pending: dict[BurstKey, Prediction] = {}  # confident forecasts awaiting their burst
+
+    def on_report(self, report: BurstReport) -> tuple[Observation, list[WindowChange]]:
+        observation = self.bank.record(report)
+        changes = self._plan(report.key, observation.prediction, report.t_us)
+        return observation, changes + self.planner.expire(report.switch, report.t_us)
+
+    def tick(self, switch: str, now_us: int) -> list[WindowChange]:
+        changes: list[WindowChange] = []
+        for key, prediction in list(self._pending.items()):
+            if key.switch == switch and now_us >= prediction.expires_us:
+                changes += self._plan(key, self.bank.forecast(key, now_us), now_us)
+        return changes + self.planner.expire(switch, now_us)
+
+    def next_wakeup_us(self, switch: str) -> int | None:
+        times = [p.expires_us for k, p in self._pending.items() if k.switch == switch]
+        times += [w.end_us for w in self.planner.armed() if w.switch == switch]
+        return min(times, default=None)
+
+    def shutdown(self, now_us: int = 0) -> list[WindowChange]:
+        self._pending.clear()
+        return self.planner.disarm_all("shutdown", now_us)
+
+    def forget_switch(self, switch: str) -> None:
+        """The switch restarted: its clock and its table are new."""
+        self.bank.forget_switch(switch)
+        self.planner.forget_switch(switch)
+        for key in [k for k in self._pending if k.switch == switch]:
+            del self._pending[key]
+
+    def _plan(self, key: BurstKey, prediction: Prediction | None, now_us: int) -> list[WindowChange]:
+        if prediction is not None and prediction.confident:
+            self._pending[key] = prediction
+        else:
+            self._pending.pop(key, None)
+        return self.planner.update(key, prediction, now_us)
+
+
+def open_intervals(changes: Iterable[WindowChange]) -> list[tuple[str, int, int, int]]:
+    """(switch, port, from_us, to_us) during which each armed window was in force: from its arming (or
+    its start) to its removal (or its end)."""
+    armed: dict[Window, int] = {}
+    out = []
+    for change in changes:
+        w = change.window
+        if change.op == "arm":
+            armed[w] = change.at_us
+        elif w in armed:
+            begin, end = max(w.start_us, armed.pop(w)), min(w.end_us, change.at_us)
+            if end > begin:
+                out.append((w.switch, w.port, begin, end))
+    for w, at in armed.items():
+        if w.end_us > max(w.start_us, at):
+            out.append((w.switch, w.port, max(w.start_us, at), w.end_us))
+    return out
+
+
+def union_us(intervals: Iterable[tuple[int, int]]) -> int:
+    """Total length covered by [from, to) intervals (overlaps counted once)."""
+    total, reach = 0, None
+    for begin, end in sorted(intervals):
+        if reach is None or begin >= reach:
+            total += end - begin
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    observation: Observation
+    covered: bool                 # the burst began inside a window of its key, armed in time
+    window: Window | None         # that window
+
+
+@dataclass
+class Replay:
+    steps: list[ReplayStep]
+    changes: list[WindowChange]
+
+
+def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = None,
+           write_latency_us: int = 0) -> Replay:
+    """Run reports (in time order, one switch clock each) through a scheduler as the controller would,
+    timer ticks included, and say for each burst whether a window armed at least `write_latency_us`
+    before it was open when it began. For benchmarks and offline checks of an event log."""
+    scheduler = scheduler or WindowScheduler()
+    armed_at: dict[Window, int] = {}
+    steps: list[ReplayStep] = []
+    changes: list[WindowChange] = []
+
+    def apply(batch: list[WindowChange]) -> None:
+        changes.extend(batch)
+        for change in batch:
+            if change.op == "arm":
+                armed_at[change.window] = change.at_us
+
+    for report in reports:
+        while (wake := scheduler.next_wakeup_us(report.switch)) is not None and wake < report.t_us:
+            apply(scheduler.tick(report.switch, wake))
+        hit = next((w for w in scheduler.planner.armed(report.key)
+                    if w.contains(report.t_us) and armed_at.get(w, report.t_us) + write_latency_us <= report.t_us),
+                   None)
+        observation, batch = scheduler.on_report(report)
+        apply(batch)
+        steps.append(ReplayStep(observation, hit is not None, hit))
+    return Replay(steps, changes)

@@ -1,0 +1,250 @@
+"""`pcnlab run`: an experiment file becomes runs; each run gets its folder, its network, its controller,
+its workloads, and leaves its logs, metrics and plots behind, whether it finishes, fails or is stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode, read_port_counters
+from pcnlab.controller.events import EventLog
+from pcnlab.controller.program import P4Program
+from pcnlab.controller.scheduler import PcnScheduler
+from pcnlab.controller.windows import PlannerConfig
+from pcnlab.errors import PcnLabError
+from pcnlab.experiments.config import Experiment, RunConfig
+from pcnlab.experiments.rundir import RunFolder, _stamp
+from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
+from pcnlab.toolchain import bmv2_build, find_program, p4c_version
+
+
+@dataclass
+class RunOutcome:
+    name: str
+    path: Path
+    status: str                 # finished | failed | aborted
+    error: str = ""
+    metrics: dict = field(default_factory=dict)
+
+
+class Progress:
+    """One line per run that redraws itself: a bar over the run's duration and what is going on."""
+
+    def __init__(self, total_s: float, stream=sys.stdout):
+        self.total_s = max(total_s, 1e-6)
+        self.stream = stream
+        self.started = time.monotonic()
+        self.tty = stream.isatty()
+        self._last = ""
+
+    def update(self, note: str) -> None:
+        elapsed = time.monotonic() - self.started
+        done = min(1.0, elapsed / self.total_s)
+        bar = "#" * int(done * 24) + "-" * (24 - int(done * 24))
+        line = f"      [{bar}] {elapsed:5.1f}/{self.total_s:.0f} s  {note}"
+        if self.tty:
+            self.stream.write("\r" + line.ljust(len(self._last)))
+            self.stream.flush()
+        elif line.split("s  ")[-1] != self._last.split("s  ")[-1]:
+            self.stream.write(line + "\n")  # not a terminal: a line when the note changes
+        self._last = line
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "kernel": platform.release(), "machine": platform.machine()}
+    if find_program("p4c"):
+        out["p4c"] = p4c_version()
+    if find_program("simple_switch_grpc"):
+        build = bmv2_build(False)
+        out["bmv2"] = build.version()
+        out["bmv2_binary"] = str(build.switch)
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def dataplane_configs(run: RunConfig, topo, endpoints) -> dict[str, DataPlaneConfig]:
+    """Per switch: the run's mode on every traffic port, DDL classes for each job's host pairs, the
+    burst gap, and telemetry to the monitor port."""
+    from pcnlab.workloads import PCN_START_DSCP
+
+    ips = {h: topo.nodeInfo(h)["ip"].split("/")[0] for h in topo.hosts()}
+    classes = []
+    for job in run.jobs:
+        for a, b in itertools.permutations(sorted(set(job.hosts)), 2):
+            classes.append(FlowClass(job=job.id, src=f"{ips[a]}/32", dst=f"{ips[b]}/32"))
+    mode = PortMode(**run.mode.port_mode_kwargs())
+    every = run.telemetry.every
+    out = {}
+    for ep in endpoints:
+        monitor = topo.monitor_port(ep.name)
+        out[ep.name] = DataPlaneConfig(
+            switch_id=ep.device_id, classes=tuple(classes),
+            modes={p: mode for p in ep.ports if p != monitor},
+            burst_gap_us=run.mode.burst_gap_us,
+            telemetry_port=monitor if every else None, telemetry_every=every or 1,
+            pcn_start_dscp=PCN_START_DSCP if run.mode.kind == "pcn-host" else None)
+    return out
+
+
+class RunExecution:
+    """Everything one run starts, in order, and stops in reverse."""
+
+    def __init__(self, run: RunConfig, folder: RunFolder, say=print):
+        self.run = run
+        self.folder = folder
+        self.say = say
+
+    def execute(self) -> None:
+        from pcnlab.workloads import FlowSpec, JobSpec, start_flows, start_job
+
+        run, path, ledger = self.run, self.folder.path, self.folder.ledger
+        bmv2 = run.switch.kind == "bmv2"
+        telemetry = bmv2 and bool(run.telemetry.every)
+        topo = run.topology.build(monitors=telemetry)
+        options = NetworkOptions(switch=run.switch.kind, packet_log=run.switch.packet_log, pcap=run.switch.pcap)
+        check_supported(topo, options)
+        with PcnNetwork(topo, path, ledger, options) as net:
+            controller_thread = scheduler = None
+            collectors = []
+            flows = None
+            jobs = []
+            events = EventLog(path / "events.jsonl")
+            try:
+                if bmv2:
+                    endpoints = net.endpoints()
+                    controller = PcnController(endpoints, P4Program.named(),
+                                               dataplane=dataplane_configs(run, topo, endpoints))
+                    rates = {(ep.name, q.port): q.rate_pps for ep in endpoints for q in ep.queues if q.rate_pps}
+                    scheduler = PcnScheduler(controller, events,
+                                             PlannerConfig(**run.mode.planner_kwargs(), port_rates=rates),
+                                             arm=run.mode.kind == "pcn")
+                    controller_thread = ControllerThread(controller).start()
+                    events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre)
+                if telemetry:
+                    collectors = self._start_collectors(net, topo)
+                progress = Progress(run.duration_s)
+                if run.background:
+                    flows = start_flows(net, ledger, [FlowSpec(**f.flow_spec_kwargs(run.duration_s))
+                                                      for f in run.background], path)
+                    events.write("background_started", flows=len(run.background))
+                    self._wait(progress, run.warmup_s, "background warming up")
+                for job in run.jobs:
+                    jobs.append(start_job(net, ledger, JobSpec(**job.job_spec_kwargs(run.seed)), path))
+                    events.write("job_started", job=job.name, id=job.id)
+                self._run_until_done(progress, jobs)
+                progress.close()
+            finally:
+                for handle in jobs:
+                    handle.stop()
+                if flows is not None:
+                    flows.stop()
+                    (path / "background.json").write_text(json.dumps(flows.throughput(), indent=1))
+                if controller_thread is not None:
+                    counters = {}
+                    for name, switch in controller_thread.controller.switches.items():
+                        try:
+                            raw = controller_thread.call(read_port_counters(switch), 10)
+                            counters[name] = [{"port": p, "class": c, "counter": k, "packets": v[0], "bytes": v[1]}
+                                              for (p, c, k), v in sorted(raw.items())]
+                        except Exception as exc:  # keep going: the rest of the run's files matter more
+                            counters[name] = {"error": str(exc)}
+                    (path / "counters.json").write_text(json.dumps(counters, indent=1))
+                    controller_thread.stop()
+                for proc in collectors:
+                    proc.terminate()
+                    proc.wait(10)
+                events.close()
+
+    def _wait(self, progress: Progress, seconds: float, note: str) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            progress.update(note)
+            time.sleep(0.2)
+
+    def _run_until_done(self, progress: Progress, jobs) -> None:
+        end = progress.started + self.run.duration_s
+        while time.monotonic() < end:
+            running = [j for j in jobs if not j.check()]  # check() raises when a process failed
+            if jobs and not running:
+                progress.update("jobs finished")
+                return
+            progress.update(f"{len(running)} job(s) running" if jobs else "background only")
+            time.sleep(0.2)
+        if jobs and any(not j.check() for j in jobs):
+            progress.update("duration reached: jobs stopped")
+
+    def _start_collectors(self, net, topo) -> list:
+        procs = []
+        for sw in topo.switches():
+            mon = f"m{sw[1:]}"
+            out = self.folder.path / f"queue-{sw}.csv"
+            proc = net.host(mon).popen([sys.executable, "-m", "pcnlab.controller.collector", "--interface",
+                                        f"{mon}-eth0", "--switch", sw, "--out", str(out)], text=True)
+            self.folder.ledger.add_process(proc.pid, f"collector for {sw}")
+            line = proc.stdout.readline()
+            if "collector ready" not in line:
+                raise PcnLabError(f"the queue log collector for {sw} did not start: {line.strip() or 'no output'}")
+            procs.append(proc)
+        return procs
+
+
+class ExperimentRunner:
+    def __init__(self, experiment: Experiment, results_root: Path = Path("results"), say=print):
+        self.experiment = experiment
+        self.results_root = Path(results_root)
+        self.say = say
+        self.stamp = _stamp()
+
+    @property
+    def sweep_dir(self) -> Path:
+        return (self.results_root / self.experiment.name / self.stamp).resolve()
+
+    def run_all(self) -> list[RunOutcome]:
+        from pcnlab.experiments.analysis import analyse_run, summarise_sweep
+
+        runs = self.experiment.runs()
+        outcomes: list[RunOutcome] = []
+        started = time.monotonic()
+        for index, run in enumerate(runs, 1):
+            self.say(f"[{index}/{len(runs)}] {run.name}  (sweep {time.monotonic() - started:.0f} s so far)")
+            folder = RunFolder.create(self.results_root, self.experiment.name, run.name, self.stamp)
+            (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
+            (folder.path / "versions.json").write_text(json.dumps(versions(), indent=1))
+            outcome = RunOutcome(run.name, folder.path, "finished")
+            try:
+                with folder:
+                    RunExecution(run, folder, self.say).execute()
+                    outcome.metrics = analyse_run(folder.path)
+                    folder.finish({"metrics": "metrics.json"})
+            except KeyboardInterrupt:
+                outcome.status, outcome.error = "aborted", "stopped by Ctrl-C"
+                outcomes.append(outcome)
+                self.say(f"      aborted; what it started was removed; its logs are in {folder.path}")
+                break
+            except PcnLabError as exc:
+                outcome.status, outcome.error = "failed", str(exc)
+                self.say(f"      failed: {exc}; logs kept in {folder.path}")
+            outcomes.append(outcome)
+            if outcome.status == "finished":
+                self.say(f"      done: {folder.path}")
+        if outcomes:
+            summarise_sweep(self.sweep_dir, self.say)
+        return outcomes

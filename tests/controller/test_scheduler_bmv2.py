@@ -1,0 +1,123 @@
+"""The controller learns a periodic job's rhythm from real BMv2 digests and arms pre-drain windows in
+time; it recovers when the switch restarts mid-run, and leaves no window armed when it stops."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import finsy as fy
+import pytest
+
+from conftest import needs_bmv2
+from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
+from pcnlab.controller.events import EventLog, read_events
+from pcnlab.controller.program import P4Program
+from pcnlab.controller.scheduler import PcnScheduler
+from pcnlab.controller.specs import PortQueue
+from pcnlab.controller.windows import PlannerConfig
+from pcnlab.topologies.network import NetworkOptions, PcnNetwork
+from pcnlab.topologies.topos import make_topology
+
+SENDER = str(Path(__file__).with_name("periodic_sender.py"))
+RATE_PPS = 1000
+PERIOD_MS = 200
+
+
+def _send_bursts(net, ledger, iterations: int):
+    h2, h3 = net.host("h2"), net.host("h3")
+    proc = h2.popen([sys.executable, SENDER, "h2-eth0", h3.MAC(), h2.IP(), h3.IP(), "--period-ms",
+                     str(PERIOD_MS), "--burst", "30", "--iterations", str(iterations)], text=True)
+    ledger.add_process(proc.pid, "periodic sender")
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _coverage(events: list[dict], after_ns: int = 0) -> tuple[int, int]:
+    """(bursts whose first packet fell in a window armed in time, bursts that were confidently predicted)."""
+    clocks = [e for e in events if e["event"] == "clock"]
+    arms = {(e["start_us"], e["end_us"]): e for e in events if e["event"] == "arm"}
+    due = [e for e in events if e["event"] == "actual" and e["was_confident"] and e["host_ns"] > after_ns]
+    hit = 0
+    for actual in due:
+        if not actual["covered"]:
+            continue
+        arm = arms[tuple(actual["window"])]
+        # The window was in the switch's table before the burst's first packet arrived: the arm write
+        # finished (host clock) before t_us (switch clock, mapped by the nearest clock sample).
+        clock = min(clocks, key=lambda c: abs(c["host_ns"] - actual["host_ns"]))
+        burst_host_ns = clock["host_ns"] + (actual["t_us"] - clock["switch_us"]) * 1000
+        hit += arm["host_ns"] < burst_host_ns
+    return hit, len(due)
+
+
+@needs_bmv2
+@pytest.mark.slow
+def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
+    topo = make_topology("star", hosts=3, monitors=True)
+    with PcnNetwork(topo, run_folder.path, run_folder.ledger, NetworkOptions(switch="bmv2")) as net:
+        endpoint = net.endpoints()[0]
+        port = next(p for p, peer in endpoint.ports.items() if peer == "h3")
+        endpoint = dataclasses.replace(endpoint, queues=(PortQueue(port, RATE_PPS, 100),))
+        dataplane = DataPlaneConfig(
+            switch_id=1, classes=(FlowClass(job=1, src=f"{net.host('h2').IP()}/32"),),
+            modes={port: PortMode("pcn", k=40, k_pre=5)}, burst_gap_us=20_000)
+        controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": dataplane})
+        events = EventLog(run_folder.path / "events.jsonl")
+        scheduler = PcnScheduler(controller, events, PlannerConfig(k_pre=5, rate_pps=RATE_PPS, guard_us=5000))
+
+        # Background: a TCP flow filling the port's queue.
+        h1, h3 = net.host("h1"), net.host("h3")
+        server = h3.popen(["iperf3", "-s", "-p", "5201"])
+        run_folder.ledger.add_process(server.pid, "iperf3 server")
+        time.sleep(0.3)
+        background = h1.popen(["iperf3", "-c", h3.IP(), "-p", "5201", "-t", "30"])
+        run_folder.ledger.add_process(background.pid, "iperf3 client")
+        try:
+            with ControllerThread(controller) as thread:
+                sender = _send_bursts(net, run_folder.ledger, iterations=20)
+                sender.wait(30)
+                first = read_events(run_folder.path / "events.jsonl")
+                hit, due = _coverage(first)
+                assert due >= 14, "the controller did not become confident within 6 iterations"
+                assert hit >= 0.95 * due, (hit, due)
+                reports = [e for e in first if e["event"] == "report"]
+                assert len(reports) == 20 and all(r["port"] == port and r["job"] == 1 for r in reports)
+                errors = sorted(abs(e["error_us"]) for e in first if e["event"] == "actual" and e["was_confident"])
+                assert errors[len(errors) // 2] < 2000  # median prediction error under 2 ms of a 200 ms period
+
+                # Restart the switch mid-run: the controller reconfigures it, relearns, arms again.
+                restarted_at = time.monotonic_ns()
+                net.bmv2_switches[0].restart()
+                thread.call(controller.wait_configured(times=2, timeout=30), 40)
+                sender = _send_bursts(net, run_folder.ledger, iterations=15)
+                sender.wait(30)
+                after = read_events(run_folder.path / "events.jsonl")
+                assert any(e["event"] == "switch_ready" and e["host_ns"] > restarted_at for e in after)
+                hit, due = _coverage(after, after_ns=restarted_at)
+                assert due >= 8 and hit >= due - 1, (hit, due)
+
+                left_in_table: list = []
+
+                async def read_windows_after_shutdown():  # runs after the scheduler's own stop hook
+                    left_in_table.extend([e async for e in controller.switches["s1"].read(
+                        fy.P4TableEntry("predrain_windows"))])
+                    left_in_table.append("read")
+
+                controller.on_stop.append(read_windows_after_shutdown)
+            # Stopped: the scheduler removed every window it had armed, from the table too.
+            assert left_in_table == ["read"]
+            final = read_events(run_folder.path / "events.jsonl")
+            armed = {(e["start_us"], e["end_us"]) for e in final if e["event"] == "arm" and e["host_ns"] > restarted_at}
+            disarmed = {(e["start_us"], e["end_us"]) for e in final if e["event"] == "disarm" and e["host_ns"] > restarted_at}
+            assert armed and armed <= disarmed
+            assert final[-1]["event"] == "scheduler_stopped"
+        finally:
+            for proc in (background, server):
+                proc.terminate()
+                proc.wait()
+            events.close()

@@ -1,0 +1,190 @@
+"""The scheduler's window math on generated traces: coverage of burst starts under 10 % jitter, the
+time windows stay open, and disarming (pause, lost confidence, shutdown) without a switch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from burst_traces import T0, lattice, renewal, reports
+from pcnlab.controller.predictor import BurstKey, BurstReport, Prediction
+from pcnlab.controller.windows import (PlannerConfig, Window, WindowPlanner, WindowScheduler, default_lead_us,
+                                       open_intervals, plan_window, replay, union_us)
+
+P = 100_000
+KEY = BurstKey("s1", 2, 1)
+WRITE_US = 5_000  # a window counts only if armed at least this long before the burst (P4Runtime write)
+
+
+def prediction(next_start=T0, jitter=0.0, confident=True, key=KEY, queue=0, tol=5_000.0) -> Prediction:
+    return Prediction(key, next_start, float(P), 0.9 if confident else 0.2, jitter, 5, tol, queue, confident)
+
+
+def test_default_lead_is_the_drain_time_plus_an_rtt():
+    assert default_lead_us(30, 1000, 500) == 30_500   # 30 packets at 1000 packets/s: 30 ms
+    assert default_lead_us(0, 1000, 500) == 500
+    with pytest.raises(ValueError):
+        default_lead_us(3, 0, 0)
+
+
+def test_plan_window_covers_lead_and_jitter():
+    w = plan_window(prediction(jitter=2_000), lead_us=3_000, guard_us=1_000, k_pre=10, spread=2.0)
+    assert (w.start_us, w.end_us, w.k_pre, w.predicted_us) == (T0 - 4_000 - 3_000, T0 + 4_000, 10, T0)
+    steady = plan_window(prediction(), lead_us=3_000, guard_us=1_000, k_pre=10)
+    assert (steady.start_us, steady.end_us) == (T0 - 3_000, T0 + 1_000)
+
+
+def run(times, config=PlannerConfig(lead_us=2_000), **labels):
+    scheduler = WindowScheduler(planner=WindowPlanner(config))
+    return scheduler, replay(reports(times, **labels), scheduler, write_latency_us=WRITE_US)
+
+
+def open_fraction(changes, since_us, until_us):
+    spans = [(max(a, since_us), min(b, until_us)) for _, _, a, b in open_intervals(changes) if b > since_us]
+    return union_us([s for s in spans if s[1] > s[0]]) / (until_us - since_us)
+
+
+@pytest.mark.parametrize("model", [renewal, lattice])
+def test_windows_cover_95_percent_of_bursts_under_ten_percent_jitter(model):
+    times = model(random.Random(21), 600, P, 0.1)
+    _, result = run(times)
+    steps = result.steps[5:]
+    coverage = sum(s.covered for s in steps) / len(steps)
+    assert coverage >= 0.95
+    # What the background pays: the windows stay open about a quarter of each period.
+    assert open_fraction(result.changes, times[5], times[-1]) < 0.32
+    assert not any(c.late for c in result.changes if c.op == "arm")
+
+
+def test_steady_windows_cover_every_burst_and_stay_short():
+    times = renewal(random.Random(22), 200, P)
+    _, result = run(times, PlannerConfig(lead_us=2_000, guard_us=1_000))
+    assert all(s.covered for s in result.steps[3:])
+    assert not any(s.covered for s in result.steps[:3])  # nothing armed while learning
+    assert open_fraction(result.changes, times[3], times[-1]) == pytest.approx(0.03, abs=0.005)
+
+
+def test_a_window_is_written_a_period_ahead():
+    times = renewal(random.Random(23), 20, P)
+    _, result = run(times)
+    arms = [c for c in result.changes if c.op == "arm"]
+    assert arms and all(c.window.start_us - c.at_us > 0.9 * P for c in arms)
+
+
+def test_missed_report_keeps_the_next_window_and_a_pause_disarms():
+    rng = random.Random(24)
+    first = renewal(rng, 30, P)
+    del first[20]  # one lost report
+    second = renewal(rng, 20, P, t0=first[-1] + 3_000_000)
+    scheduler = WindowScheduler(planner=WindowPlanner(PlannerConfig(lead_us=2_000)))
+    result = replay(reports(first), scheduler, write_latency_us=WRITE_US)
+    assert all(s.covered for s in result.steps[3:])  # the burst after the lost report had its window
+    # The job pauses: the timer rolls past one empty slot, then disarms; nothing is armed afterwards.
+    changes = []
+    while (wake := scheduler.next_wakeup_us("s1")) is not None:
+        changes += scheduler.tick("s1", wake)
+    last = first[-1]
+    assert scheduler.planner.armed() == []
+    assert all(c.window.end_us <= last + 2 * P + 10_000 for c in changes if c.op == "arm")
+    # One window for the slot after the empty one (a lost digest is likelier than a pause), then none.
+    assert [c.window.predicted_us for c in changes if c.op == "arm"] == [pytest.approx(last + 2 * P, abs=1_000)]
+    assert scheduler.next_wakeup_us("s1") is None  # no timer left: nothing will be armed until a report
+    resumed = replay(reports(second), scheduler, write_latency_us=WRITE_US)
+    assert not any(s.covered for s in resumed.steps[:3])
+    assert all(s.covered for s in resumed.steps[4:])  # re-armed after the resume
+
+
+def test_spurious_report_leaves_the_real_window_alone():
+    times = renewal(random.Random(25), 40, P)
+    spurious = times[20] + P // 2
+    _, result = run(times[:21] + [spurious] + times[21:])
+    assert all(s.covered for i, s in enumerate(result.steps[3:], 3) if i != 21)
+    assert not result.steps[21].covered
+
+
+def test_period_change_moves_the_windows():
+    rng = random.Random(26)
+    before = renewal(rng, 30, P)
+    after = renewal(rng, 30, 0.7 * P, t0=before[-1] + 0.7 * P)
+    scheduler, result = run(before + after)
+    assert all(s.covered for s in result.steps[30 + 3:])
+    assert sum(not s.covered for s in result.steps[3:]) <= 3
+    # No window for the old rhythm is left in the future.
+    assert all(w.predicted_us <= after[-1] + 0.7 * P + 5_000 for w in scheduler.planner.armed())
+
+
+def test_unconfident_or_missing_prediction_disarms_every_live_window():
+    planner = WindowPlanner(PlannerConfig(lead_us=1_000))
+    [arm] = planner.update(KEY, prediction(T0 + P), now_us=T0)
+    assert arm.op == "arm" and arm.reason == "new" and not arm.late
+    assert planner.update(KEY, prediction(T0 + P), now_us=T0 + 10) == []  # already covered
+    [gone] = planner.update(KEY, prediction(T0 + P, confident=False), now_us=T0 + 20)
+    assert (gone.op, gone.reason, gone.window) == ("disarm", "unconfident", arm.window)
+    planner.update(KEY, prediction(T0 + P), now_us=T0 + 30)
+    assert [c.op for c in planner.update(KEY, None, now_us=T0 + 40)] == ["disarm"]
+    assert planner.armed() == []
+
+
+def test_revised_prediction_extends_or_replaces():
+    planner = WindowPlanner(PlannerConfig(lead_us=1_000, guard_us=1_000))
+    [first] = planner.update(KEY, prediction(T0 + P), now_us=T0)
+    changes = planner.update(KEY, prediction(T0 + P + 1_500), now_us=T0 + 1)
+    assert [(c.op, c.reason) for c in changes] == [("arm", "extend"), ("disarm", "replaced")]
+    assert changes[0].window.start_us == first.window.start_us and changes[0].window.end_us == T0 + P + 2_500
+    changes = planner.update(KEY, prediction(T0 + P + 50_000), now_us=T0 + 2)  # another burst: the old one is stale
+    assert [(c.op, c.reason) for c in changes] == [("disarm", "stale"), ("arm", "new")]
+    assert len(planner.armed(KEY)) == 1
+
+
+def test_late_window_is_flagged():
+    planner = WindowPlanner(PlannerConfig(lead_us=1_000, min_notice_us=5_000))
+    [arm] = planner.update(KEY, prediction(T0 + 3_000), now_us=T0)
+    assert arm.late
+
+
+def test_lead_from_queue_and_port_rate():
+    planner = WindowPlanner(PlannerConfig(rtt_us=400, rate_pps=1000, port_rates={("s1", 2): 2000}))
+    assert planner.lead_for(prediction(queue=40)) == 20_400
+    assert planner.lead_for(prediction(queue=40, key=BurstKey("s1", 3, 1))) == 40_400
+
+
+def test_two_jobs_on_one_port_keep_their_own_windows():
+    planner = WindowPlanner(PlannerConfig(lead_us=1_000))
+    other = BurstKey("s1", 2, 2)
+    [a] = planner.update(KEY, prediction(T0 + P), now_us=T0)
+    [b] = planner.update(other, prediction(T0 + P, key=other), now_us=T0)
+    # The same range on the same port would be one table entry: the second is nudged apart.
+    assert (a.window.start_us, a.window.end_us) != (b.window.start_us, b.window.end_us)
+    gone = planner.update(KEY, None, now_us=T0 + 1)
+    assert [c.window for c in gone] == [a.window] and planner.armed(other) == [b.window]
+
+
+def test_expire_is_per_switch_clock_and_shutdown_leaves_nothing():
+    planner = WindowPlanner(PlannerConfig(lead_us=1_000))
+    s2 = BurstKey("s2", 1, 1)
+    planner.update(KEY, prediction(T0 + P), now_us=T0)
+    planner.update(s2, prediction(10 * T0, key=s2), now_us=10 * T0 - P)
+    expired = planner.expire("s1", T0 + 2 * P)
+    assert [c.window.switch for c in expired] == ["s1"] and [w.switch for w in planner.armed()] == ["s2"]
+    assert [c.reason for c in planner.disarm_all()] == ["shutdown"] and planner.armed() == []
+
+
+def test_interleaved_jobs_on_one_port_are_each_covered():
+    rng = random.Random(27)
+    job1 = renewal(rng, 150, P, 0.05)
+    job2 = renewal(rng, 200, 70_000, 0.05, t0=T0 + 31_000)
+    merged = sorted([BurstReport("s1", 2, 1, t, 10) for t in job1] + [BurstReport("s1", 2, 2, t, 10) for t in job2],
+                    key=lambda r: r.t_us)
+    result = replay(merged, WindowScheduler(planner=WindowPlanner(PlannerConfig(lead_us=2_000))), WRITE_US)
+    for job in (1, 2):
+        steps = [s for s in result.steps if s.observation.report.job == job][5:]
+        assert sum(s.covered for s in steps) >= 0.95 * len(steps)
+        assert all(s.window is None or s.window.job == job for s in steps)
+
+
+def test_window_helpers():
+    w = Window("s1", 2, 1, 100, 200, 10)
+    assert w.contains(100) and not w.contains(200) and w.length_us == 100
+    assert w.overlaps(Window("s1", 2, 1, 199, 300, 10)) and not w.overlaps(Window("s1", 2, 1, 200, 300, 10))
+    assert union_us([(0, 10), (5, 20), (30, 40)]) == 30
