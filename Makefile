@@ -26,7 +26,9 @@ clean: deps
 	$(SUDO) $(PCNLAB) clean
 
 bench: deps
-	$(SUDO) $(PY) -m pytest bench -p no:cacheprovider -q -s
+	$(PY) bench/bench_predictor.py
+	$(SUDO) $(PY) bench/bench_dataplane.py
+	$(SUDO) $(PY) -m pytest bench/bench_workloads_test.py -p no:cacheprovider -q -s
 
 up:
 	vagrant up

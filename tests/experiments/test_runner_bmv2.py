@@ -1,0 +1,122 @@
+"""`pcnlab run` end to end on real BMv2: every artefact of a run kept, metrics and plots drawn from
+them, `report` and `queues` reading them back; Ctrl-C stops cleanly and leaves earlier runs intact."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_bmv2
+from pcnlab.ledger import LedgerData, is_running
+
+pytestmark = [needs_bmv2, pytest.mark.slow]
+
+TINY = """
+name: tiny
+topology:
+  kind: dumbbell
+  left: 3
+  right: 1
+  bw: 20
+  bottleneck_bw: 10
+  queue: 60
+mode:
+  kind: ecn
+  K: 20
+  K_pre: 5
+  burst_gap_us: 20000
+telemetry: 1
+jobs:
+  - name: gen
+    kind: generator
+    pattern: ps
+    ps: h4
+    workers: [h1, h2]
+    burst_bytes: 30000
+    period_ms: 300
+    iterations: 12
+background:
+  - src: h3
+    dst: h4
+duration_s: {duration}
+warmup_s: 1
+sweep:
+  mode: [ecn, pcn]
+"""
+
+
+def pcnlab(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "pcnlab.cli", *args], capture_output=True, text=True,
+                          timeout=kwargs.pop("timeout", 300), **kwargs)
+
+
+def test_run_keeps_every_artefact_and_reports(tmp_path):
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY.format(duration=8))
+    proc = pcnlab("run", str(spec), "--results", str(tmp_path / "results"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    latest = tmp_path / "results" / "tiny" / "latest"
+    runs = {p.name: p for p in latest.iterdir() if p.is_dir()}
+    assert set(runs) == {"mode=ecn", "mode=pcn"}
+    for name, run in runs.items():
+        for artefact in ("config.yaml", "versions.json", "status.json", "started.json", "network.json",
+                         "endpoints.json", "events.jsonl", "queue-s1.csv", "queue-s1.summary.json",
+                         "counters.json", "metrics.json", "background.json"):
+            assert (run / artefact).exists(), f"{name}: {artefact} missing"
+        assert json.loads((run / "status.json").read_text())["status"] == "finished"
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["bottleneck"]["switch"] == "s1" and metrics["bursts"]["count"] >= 5
+        assert metrics["throughput_mbps"]["ddl"] > 0 and metrics["throughput_mbps"]["background"] > 0
+        assert metrics["telemetry"]["records"] > 1000
+        assert list(run.glob("queue-s1-p*.png")), "no queue plot"
+        assert list((run / "jobs").rglob("*.jsonl")), "no generator logs"
+        # Nothing of the run is left running.
+        ledger = LedgerData.from_json((run / "started.json").read_text())
+        assert not [p for p in ledger.processes if is_running(p.pid, p.start_time)]
+    pcn = json.loads((runs["mode=pcn"] / "metrics.json").read_text())
+    assert pcn["controller"]["reports"] >= 5 and "arm_write_ms" in pcn["controller"]
+    for plot in ("bct-cdf.png", "headline.png", "peak-to-mean.png", "report.md"):
+        assert (latest / plot).exists()
+
+    report = pcnlab("report", str(tmp_path / "results" / "tiny"))
+    assert report.returncode == 0 and "mode=ecn" in report.stdout and "mode=pcn" in report.stdout
+    assert "start queue (pkts)" in report.stdout
+    zoom = pcnlab("queues", str(runs["mode=pcn"]), "--around-burst", "2")
+    assert zoom.returncode == 0, zoom.stderr
+    assert "burst 2:" in zoom.stdout and (runs["mode=pcn"] / "queue-s1-p4-burst2.png").exists()
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path):
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY.format(duration=60))
+    results = tmp_path / "results"
+    earlier = results / "tiny" / "2000-01-01T00-00-00" / "mode=ecn"
+    earlier.mkdir(parents=True)
+    (earlier / "status.json").write_text('{"status": "finished"}')
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    run_dir = None
+    while time.monotonic() < deadline and run_dir is None:
+        found = [p for p in (results / "tiny").glob("*/mode=ecn/events.jsonl") if "2000" not in str(p)]
+        run_dir = found[0].parent if found else None
+        time.sleep(0.5)
+    assert run_dir is not None, "the run did not start"
+    time.sleep(4)  # well into the run: jobs and background are going
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "aborted"
+    assert not (run_dir.parent / "mode=pcn").exists()  # the sweep stopped there
+    ledger = LedgerData.from_json((run_dir / "started.json").read_text())
+    assert ledger.processes and not [p for p in ledger.processes if is_running(p.pid, p.start_time)]
+    assert not [n for n in ledger.namespaces if is_running(n.pid, n.start_time)]
+    assert json.loads((earlier / "status.json").read_text())["status"] == "finished"

@@ -1,0 +1,121 @@
+"""A parameter-server job rank: `python -m pcnlab.workloads.ps --kind ps --rank R --world N ...`.
+
+Ranks 0..servers-1 are PS shards; the others are workers. Each parameter tensor belongs to one shard
+(greedy by size, the same on every rank). Every iteration each worker computes real gradients on its
+own batch, sends each shard its part (gloo send), and receives the shard's parameters back; each
+shard averages the workers' gradients, takes the optimizer step and sends the new parameters.
+
+A shard's log: comm_start_ns when it posts its receives (so it includes the workers' compute),
+recv_end_ns when every worker's gradient is in, compute (averaging and the step) up to send_start_ns,
+comm_end_ns when gloo has sent the parameters to every worker.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pcnlab.workloads.config import TrainConfig, parse_config
+from pcnlab.workloads.models import Task, build_model, compute_gradients
+from pcnlab.workloads.training import Dumper, digest, flat, run_main, setup_process, timed_compute, unflatten_into
+
+
+def shard_of_params(sizes: list[int], shards: int) -> list[list[int]]:
+    """Parameter indices per shard: largest first onto the least loaded shard (ties: lowest index)."""
+    load = [0] * shards
+    owned: list[list[int]] = [[] for _ in range(shards)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        s = min(range(shards), key=lambda s: (load[s], s))
+        owned[s].append(i)
+        load[s] += sizes[i]
+    return [sorted(o) for o in owned]
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(TrainConfig, argv)
+    cfg.kind = "ps"
+    run_main(cfg, lambda log: _run(cfg, log))
+
+
+def _run(cfg: TrainConfig, log) -> None:
+    torch, dist = setup_process(cfg)
+    model = build_model(cfg.model, cfg.seed, cfg.profile_scale)
+    names, params = zip(*model.named_parameters())
+    shards = shard_of_params([p.numel() for p in params], cfg.servers)
+    workers = list(range(cfg.servers, cfg.world))
+    dump = Dumper(cfg)
+    if not workers:
+        raise ValueError("a parameter-server job needs at least one worker rank")
+    if cfg.role() == "ps":
+        _serve(cfg, log, torch, dist, names, params, shards[cfg.rank], workers, dump)
+    else:
+        _work(cfg, log, torch, dist, model, names, params, shards, dump)
+
+
+def _serve(cfg, log, torch, dist, names, params, mine, workers, dump) -> None:
+    own = [params[i] for i in mine]
+    optimizer = torch.optim.SGD(own, lr=cfg.lr, momentum=cfg.momentum)
+    size = sum(p.numel() for p in own)
+    buffers = {w: torch.zeros(size) for w in workers}
+    for it in range(cfg.iterations):
+        comm_start = time.monotonic_ns()
+        pending = [dist.irecv(buffers[w], src=w, tag=it) for w in workers]
+        for req in pending:
+            req.wait()
+        recv_end = time.monotonic_ns()
+        with torch.no_grad():
+            avg = torch.stack([buffers[w] for w in workers]).mean(0)
+            grads = [g.clone() for g in (avg[o:o + p.numel()].view_as(p)
+                                         for o, p in zip(_offsets(own), own))]
+        for p, g in zip(own, grads):
+            p.grad = g
+        optimizer.step()
+        step_end = time.monotonic_ns()
+        out = flat([p.detach() for p in own])
+        sent = [dist.isend(out, dst=w, tag=it) for w in workers]
+        for req in sent:
+            req.wait()
+        comm_end = time.monotonic_ns()
+        dump(f"ps{cfg.rank}_it{it}_avg", {names[i]: g for i, g in zip(mine, grads)})
+        dump(f"ps{cfg.rank}_it{it}_param", {names[i]: params[i] for i in mine})
+        log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
+                      comm_end_ns=comm_end, recv_end_ns=recv_end, send_start_ns=step_end,
+                      bytes_sent=4 * size * len(workers), bytes_recv=4 * size * len(workers), loss=None,
+                      params_sha=digest(own))
+
+
+def _offsets(tensors) -> list[int]:
+    offsets, o = [], 0
+    for t in tensors:
+        offsets.append(o)
+        o += t.numel()
+    return offsets
+
+
+def _work(cfg, log, torch, dist, model, names, params, shards, dump) -> None:
+    task = None if cfg.model.startswith("profile:") else Task(cfg.model, cfg.seed)
+    dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
+    per_shard = [[params[i] for i in owned] for owned in shards]
+    received = [torch.zeros(sum(p.numel() for p in ps)) for ps in per_shard]
+    for it in range(cfg.iterations):
+        c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
+                                                                     cfg.seed))
+        comm_start = time.monotonic_ns()
+        outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
+        reqs = [dist.isend(g, dst=s, tag=it) for s, g in enumerate(outgoing)]
+        reqs += [dist.irecv(buf, src=s, tag=it) for s, buf in enumerate(received)]
+        for req in reqs:
+            req.wait()
+        with torch.no_grad():
+            for buf, ps in zip(received, per_shard):
+                unflatten_into(buf, ps)
+        comm_end = time.monotonic_ns()
+        dump(f"w{cfg.rank}_it{it}_grad", {n: p.grad for n, p in zip(names, params)})
+        dump(f"w{cfg.rank}_it{it}_param", dict(zip(names, params)))
+        nbytes = 4 * sum(g.numel() for g in outgoing)
+        log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
+                      comm_end_ns=comm_end, bytes_sent=nbytes, bytes_recv=nbytes, loss=loss,
+                      params_sha=digest(params))
+
+
+if __name__ == "__main__":
+    main()
