@@ -86,20 +86,18 @@ def plot_sweep(sweep_dir: Path, paths: list[Path]) -> list[Path]:
         if bcts:
             xs = np.sort(bcts)
             ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=mode)
-    ax.set_xlabel("burst completion time (ms)")
-    ax.set_ylabel("fraction of bursts")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    written.append(sweep_dir / "bct-cdf.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_finish_line_plot(fig, ax, "burst completion time (ms)", "fraction of bursts",
+                                     sweep_dir / "bct-cdf.png"))
 
     # Headline metrics across modes, mean and 95 % interval over repetitions.
     keys = [(k, t) for k, t, _ in HEADLINE if any(_dig(r, k) is not None for rs in by_mode.values() for r in rs)]
     if keys:
-        fig, axes = plt.subplots(1, len(keys), figsize=(3 * len(keys), 3.4))
-        axes = np.atleast_1d(axes)
+        cols = min(4, len(keys))
+        rows = -(-len(keys) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
+        for ax in axes.flat[len(keys):]:
+            ax.axis("off")
+        axes = axes.flat
         modes = list(by_mode)
         for ax, (key, title) in zip(axes, keys):
             stats = [m.mean_ci95([_dig(r, key) for r in by_mode[mode]]) for mode in modes]
@@ -122,12 +120,18 @@ def plot_sweep(sweep_dir: Path, paths: list[Path]) -> list[Path]:
             scales = list(m.BURSTINESS_SCALES_MS)
             ax.plot(scales, [np.nanmean([c[f"{s}ms"] for c in curves]) for s in scales], "o-", label=mode)
     ax.set_xscale("log")
-    ax.set_xlabel("time scale (ms)")
-    ax.set_ylabel("peak / mean bytes per bin (DDL)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    written.append(sweep_dir / "peak-to-mean.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_finish_line_plot(fig, ax, "time scale (ms)", "peak / mean bytes per bin (DDL)",
+                                     sweep_dir / "peak-to-mean.png"))
     return written
+
+
+def _finish_line_plot(fig, ax, xlabel: str, ylabel: str, path: Path) -> Path:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
