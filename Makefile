@@ -28,6 +28,7 @@ clean: deps
 bench: deps
 	$(PY) bench/bench_predictor.py
 	$(SUDO) $(PY) bench/bench_dataplane.py
+	$(SUDO) $(PY) bench/bench_arm_latency.py
 	$(SUDO) $(PY) -m pytest bench/bench_workloads_test.py -p no:cacheprovider -q -s
 
 up:

@@ -103,7 +103,8 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     run_dir = Path(run_dir)
     config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
     mode = _dig(config, "mode.kind") or "?"
-    out: dict = {"run": run_dir.name, "mode": mode, "sweep": config.get("sweep", {})}
+    out: dict = {"run": run_dir.name, "mode": mode, "sweep": config.get("sweep", {}),
+                 "workers": len((config.get("jobs") or [{}])[0].get("workers") or ())}
     events = read_events(run_dir / "events.jsonl") if (run_dir / "events.jsonl").exists() else []
     log = load_queue_log(run_dir)
     bursts: list[m.Burst] = []
@@ -199,17 +200,33 @@ def summarise(paths: list[Path]) -> list[dict]:
         for key, title, _ in HEADLINE:
             mean, half = m.mean_ci95([_dig(x, key) for x in members])
             row[title] = (mean, half)
+        row["workers"] = members[0].get("workers") if members else None
         rows.append(row)
+    add_scaling(rows)
     return rows
 
 
+def add_scaling(rows: list[dict]) -> None:
+    """Scaling factor ("Is Network the Bottleneck for Distributed Training?"): throughput with N
+    workers over N times one worker's, i.e. T_1 / T_N for iteration times, where a 1-worker run exists."""
+    single = [r for r in rows if r.get("workers") == 1 and r["iteration (ms)"][0] == r["iteration (ms)"][0]
+              and r["iteration (ms)"][0] is not None]
+    if not single:
+        return
+    t1 = single[0]["iteration (ms)"][0]
+    for row in rows:
+        tn = row["iteration (ms)"][0]
+        row["scaling"] = (t1 / tn, float("nan")) if tn else (float("nan"), float("nan"))
+
+
 def format_table(rows: list[dict], markdown: bool = False) -> str:
-    titles = ["point", "runs"] + [t for _, t, _ in HEADLINE]
-    formats = {t: f for _, t, f in HEADLINE}
+    columns = [t for _, t, _ in HEADLINE] + (["scaling"] if any("scaling" in r for r in rows) else [])
+    titles = ["point", "runs"] + columns
+    formats = {t: f for _, t, f in HEADLINE} | {"scaling": "{:.2f}"}
     cells = []
     for row in rows:
         line = [row["point"], str(row["runs"])]
-        for _, title, _ in HEADLINE:
+        for title in columns:
             mean, half = row[title]
             if mean is None or (isinstance(mean, float) and math.isnan(mean)):
                 line.append("-")
