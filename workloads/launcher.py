@@ -176,10 +176,26 @@ class _Hosts:
 
     def sysctl(self, name: str, key: str, value: str) -> None:
         host = self.net.host(name)
+        if key == "net.ipv4.tcp_congestion_control":
+            _allow_congestion_control(value)
         host.cmd(f"sysctl -qw {key}={value}")
         got = host.cmd(f"cat /proc/sys/{key.replace('.', '/')}").strip()
         if got != value:
             raise PcnLabError(f"could not set {key}={value} in host {name} (it reads {got!r})")
+
+
+ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def _allow_congestion_control(cc: str) -> None:
+    """A network namespace other than the first may only default to an *allowed* congestion control
+    (the kernel says EPERM otherwise, even to root); the allowed list is machine-wide, so add it there."""
+    try:
+        allowed = ALLOWED_CC.read_text().split()
+        if cc not in allowed:
+            ALLOWED_CC.write_text(" ".join(allowed + [cc]))
+    except OSError:
+        pass  # not root, or no such file: the check after the sysctl says what went wrong
 
 
 class _NetState:
