@@ -13,7 +13,7 @@ from pcnlab.ledger import RunLedger
 from pcnlab.toolchain import require_root
 
 
-def _stamp() -> str:
+def timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H-%M-%S")
 
 
@@ -26,7 +26,7 @@ class RunFolder:
     def create(cls, results_root: Path, experiment: str, run: str, stamp: str | None = None) -> "RunFolder":
         """Opens a fresh run folder with its ledger (the network cleans up after dead runs)."""
         require_root()
-        stamp = stamp or _stamp()
+        stamp = stamp or timestamp()
         path = (Path(results_root) / experiment / stamp / run).resolve()
         path.mkdir(parents=True, exist_ok=False)
         latest = path.parent.parent / "latest"

@@ -22,7 +22,7 @@ from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.errors import PcnLabError
 from pcnlab.experiments.config import Experiment, RunConfig
-from pcnlab.experiments.rundir import RunFolder, _stamp
+from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 from pcnlab.toolchain import bmv2_build, find_program, p4c_version
 
@@ -211,7 +211,7 @@ class ExperimentRunner:
         self.experiment = experiment
         self.results_root = Path(results_root)
         self.say = say
-        self.stamp = _stamp()
+        self.stamp = timestamp()
 
     @property
     def sweep_dir(self) -> Path:

@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pcnlab.toolchain import INSTALL_HINT, NOLOG_BIN, find_program, thrift_client_available
+from pcnlab.toolchain import INSTALL_HINT, NOLOG_BIN, find_program, thrift_client_available, tool_output_line
 
 # Each qdisc with the least arguments `tc` accepts for it.
 QDISCS = {"htb": "", "tbf": "rate 1mbit burst 32kbit latency 400ms", "pfifo": "", "netem": "",
@@ -29,15 +29,6 @@ class Check:
     def line(self) -> str:
         status = "OK" if self.ok else ("MISSING" if self.required else "NOTE")
         return f"{status:8s}{self.name}: {self.detail}"
-
-
-def _version(cmd: list[str], last: bool = False) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    lines = [ln.strip() for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
-    return (lines[-1] if last else lines[0]) if lines else "?"
 
 
 def check_root() -> Check:
@@ -62,13 +53,13 @@ def check_program(name: str, version_cmd: list[str] | None = None, last: bool = 
         return Check(name, False, f"not found; {INSTALL_HINT}")
     if version_cmd == []:  # no version flag: the path is all there is to say
         return Check(name, True, str(path))
-    return Check(name, True, f"{_version(version_cmd or [str(path), '--version'], last)} ({path})")
+    return Check(name, True, f"{tool_output_line(version_cmd or [str(path), '--version'], last)} ({path})")
 
 
 def check_nolog_build() -> Check:
     fast = NOLOG_BIN / "simple_switch_grpc"
     if os.access(fast, os.X_OK):
-        return Check("BMv2 no-logging build", True, f"{_version([str(fast), '--version'])} ({fast}): used for runs",
+        return Check("BMv2 no-logging build", True, f"{tool_output_line([str(fast), '--version'])} ({fast}): used for runs",
                      required=False)
     return Check("BMv2 no-logging build", False,
                  "absent: runs use the logging build (about half the packet rate)", required=False)

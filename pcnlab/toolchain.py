@@ -27,7 +27,7 @@ class Bmv2Build:
     logging: bool
 
     def version(self) -> str:
-        return _first_line([str(self.switch), "--version"])
+        return tool_output_line([str(self.switch), "--version"])
 
 
 def find_program(name: str) -> Path | None:
@@ -51,7 +51,7 @@ def bmv2_build(packet_log: bool = False) -> Bmv2Build:
 
 
 def p4c_version() -> str:
-    return _first_line([str(require_program("p4c")), "--version"], last=True)
+    return tool_output_line([str(require_program("p4c")), "--version"], last=True)
 
 
 def thrift_client_available() -> bool:
@@ -68,7 +68,8 @@ def require_root(what: str = "Mininet") -> None:
         raise NotRoot(f"{what} needs root: run this command with sudo")
 
 
-def _first_line(cmd: list[str], last: bool = False) -> str:
+def tool_output_line(cmd: list[str], last: bool = False) -> str:
+    """The first (or last) non-empty line a tool prints, e.g. its version; "unknown" if it prints none."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:

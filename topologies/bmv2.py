@@ -70,13 +70,9 @@ class Bmv2Switch(Switch):
         self.device_id = device_id if device_id is not None else int(digits or 0)
         self.packet_log = packet_log
         self.build_info = build or bmv2_build(packet_log)
-        for label, port in (("gRPC", grpc_port), ("thrift", thrift_port)):
-            if port is not None and not port_is_free(port):
-                raise PortInUse(
-                    f"{name}: {label} port {port} is in use; choose another base port or free it "
-                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it)")
         self.grpc_port = grpc_port or free_port()
         self.thrift_port = thrift_port or free_port()
+        self._require_free_ports()  # before Mininet builds links: a taken port fails early
         self.log_dir = Path(log_dir or "/tmp")
         self.pcap = pcap
         self.cpu_port = cpu_port
@@ -112,10 +108,15 @@ class Bmv2Switch(Switch):
             self.cmd(f"ethtool --offload {intf} rx off tx off sg off >/dev/null 2>&1")
         self._start_process()
 
-    def _start_process(self, timeout: float = 15.0) -> None:
+    def _require_free_ports(self) -> None:
         for label, port in (("gRPC", self.grpc_port), ("thrift", self.thrift_port)):
             if not port_is_free(port):
-                raise PortInUse(f"{self.name}: {label} port {port} is in use; choose another base port")
+                raise PortInUse(
+                    f"{self.name}: {label} port {port} is in use; choose another base port or free it "
+                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it)")
+
+    def _start_process(self, timeout: float = 15.0) -> None:
+        self._require_free_ports()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         console = self.log_dir / f"{self.name}-console.log"
         with open(console, "ab") as out:
