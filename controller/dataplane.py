@@ -13,8 +13,11 @@ from pcnlab.errors import UsageError
 
 MODES = ("droptail", "ecn", "pcn", "pcn-host")
 MAX_PORTS = 64          # as in p4src/headers.p4
-MAX_JOBS = 16
+MAX_JOBS = 16           # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)
+MAX_JOB_ID = MAX_JOBS - 1
 MAX_QDEPTH = (1 << 19) - 1
+MAX_BURST_GAP_US = (1 << 32) - 1
+MAX_PAYLOAD = (1 << 16) - 1
 BURST_DIGEST = "burst_digest_t"
 CLASS_BACKGROUND, CLASS_DDL = 0, 1
 CLASS_NAMES = {CLASS_BACKGROUND: "background", CLASS_DDL: "ddl"}
@@ -28,12 +31,15 @@ class PortMode:
     k: int = 40
     k_pre: int = 10
     drop_non_ect: bool = False  # pcn: drop background non-ECT packets above k_pre inside a window
+    hold_us: int = 100_000      # pcn-host: an announcement holds K_pre for at most this long
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         if not (0 <= self.k_pre <= self.k <= MAX_QDEPTH):
             raise UsageError(f"mode {self.mode}: need 0 <= k_pre ({self.k_pre}) <= k ({self.k})")
+        if not 0 < self.hold_us <= MAX_BURST_GAP_US:
+            raise UsageError(f"mode {self.mode}: hold_us must be between 1 and {MAX_BURST_GAP_US}, not {self.hold_us}")
 
     def entry(self, port: int) -> fy.P4TableEntry:
         match = fy.P4TableMatch(port=port)
@@ -44,13 +50,15 @@ class PortMode:
         elif self.mode == "pcn":
             action = fy.P4TableAction("mode_pcn", k=self.k, k_pre=self.k_pre, drop_non_ect=int(self.drop_non_ect))
         else:
-            action = fy.P4TableAction("mode_pcn_host", k=self.k, k_pre=self.k_pre)
+            action = fy.P4TableAction("mode_pcn_host", k=self.k, k_pre=self.k_pre, hold_us=self.hold_us)
         return fy.P4TableEntry("port_mode", match=match, action=action)
 
 
 @dataclass(frozen=True)
 class FlowClass:
-    """Packets matching these fields belong to DDL job `job` (None fields match anything)."""
+    """Packets matching these fields belong to DDL job `job` (None fields match anything). The job's
+    bursts are told apart in the switch by G (`burst_gap_us`: a data packet after this much silence
+    starts one) and by `burst_min_payload` (smaller packets, e.g. pure ACKs, never start one)."""
 
     job: int
     src: str | None = None           # an address or prefix, e.g. 10.0.0.2 or 10.0.0.0/24
@@ -59,10 +67,16 @@ class FlowClass:
     sport: tuple[int, int] | None = None  # inclusive port range
     dport: tuple[int, int] | None = None
     priority: int = 10
+    burst_gap_us: int = 10_000
+    burst_min_payload: int = 64      # bytes of L4 payload
 
     def __post_init__(self):
-        if not 1 <= self.job < MAX_JOBS:
-            raise UsageError(f"DDL job ids run from 1 to {MAX_JOBS - 1}, not {self.job}")
+        if not 1 <= self.job <= MAX_JOB_ID:
+            raise UsageError(f"DDL job ids run from 1 to {MAX_JOB_ID}, not {self.job}")
+        if not 0 < self.burst_gap_us <= MAX_BURST_GAP_US:
+            raise UsageError(f"job {self.job}: burst_gap_us must be between 1 and {MAX_BURST_GAP_US}")
+        if not 1 <= self.burst_min_payload <= MAX_PAYLOAD:
+            raise UsageError(f"job {self.job}: burst_min_payload must be between 1 and {MAX_PAYLOAD} bytes")
 
     def entry(self) -> fy.P4TableEntry:
         match: dict[str, object] = {}
@@ -77,8 +91,10 @@ class FlowClass:
             value = getattr(self, name)
             if value is not None:
                 match[name] = f"{value[0]}...{value[1]}"
-        return fy.P4TableEntry("traffic_class", match=fy.P4TableMatch(match),
-                               action=fy.P4TableAction("set_ddl", job=self.job), priority=self.priority)
+        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.burst_gap_us,
+                                  burst_min_payload=self.burst_min_payload)
+        return fy.P4TableEntry("traffic_class", match=fy.P4TableMatch(match), action=action,
+                               priority=self.priority)
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,6 @@ class DataPlaneConfig:
     switch_id: int
     modes: dict[int, PortMode] = field(default_factory=dict)  # egress port -> mode; others drop-tail
     classes: tuple[FlowClass, ...] = ()
-    burst_gap_us: int = 2000       # G: a DDL packet after this much silence starts a burst
     telemetry_port: int | None = None  # collector port; None: no telemetry
     telemetry_every: int = 1       # 1 in N packets per port (when telemetry_port is set)
     telemetry_session: int = 100   # clone session id used for telemetry
@@ -97,15 +112,15 @@ class DataPlaneConfig:
     def config_entry(self) -> fy.P4TableEntry:
         every = self.telemetry_every if self.telemetry_port is not None else 0
         return fy.P4TableEntry("switch_config", is_default_action=True, action=fy.P4TableAction(
-            "set_switch_config", switch_id=self.switch_id, burst_gap_us=self.burst_gap_us,
-            telemetry_every=every, telemetry_session=self.telemetry_session))
+            "set_switch_config", switch_id=self.switch_id, telemetry_every=every,
+            telemetry_session=self.telemetry_session))
 
     def static_entries(self) -> list:
         """What a freshly configured switch needs besides its routes, its default config and its modes."""
         out: list = [cls.entry() for cls in self.classes]
         if self.pcn_start_dscp is not None:
             out.append(fy.P4TableEntry("pcn_start_codepoint", match=fy.P4TableMatch(dscp=self.pcn_start_dscp),
-                                       action=fy.P4TableAction("count_announcement")))
+                                       action=fy.P4TableAction("NoAction")))
         if self.telemetry_port is not None:
             # Truncation happens in the program (truncate()); the session only picks the port.
             out.append(fy.P4CloneSessionEntry(self.telemetry_session, replicas=[self.telemetry_port]))

@@ -1,20 +1,23 @@
-"""`pcnlab controller`: the controller alone, against switches that are already running (a network
-started with `pcnlab slice --cli`, or a run in progress), until Ctrl-C or SIGTERM. It takes over as
-primary (a higher election id), reinstalls everything, and on exit removes every window it armed."""
+"""`pcnlab controller`: the controller alone, against switches that are already running (a run in
+progress, or a network started with `pcnlab slice --cli`), until Ctrl-C or SIGTERM. It takes over as
+primary (a higher election id), reinstalls everything, and on exit removes every window it armed.
+
+Given a run folder of `pcnlab run`, it rebuilds the run's own data-plane settings from its config.yaml
+(traffic classes, burst detection, telemetry), the way the runner does; `--mode` may change the mode.
+A `pcnlab slice` folder has no jobs: its switches get the mode on every port and no DDL classes.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 from pathlib import Path
 
-from pcnlab.controller.controller import ControllerThread, PcnController
-from pcnlab.controller.dataplane import DataPlaneConfig, PortMode
+import yaml
+
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.program import P4Program
-from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.specs import load_endpoints
-from pcnlab.controller.windows import PlannerConfig
 from pcnlab.errors import UsageError
 
 TAKEOVER_ELECTION_ID = 100
@@ -30,25 +33,44 @@ def endpoints_file(topology: Path) -> Path:
     return path
 
 
-def run_standalone(topology: Path, mode: str, k: int, k_pre: int, burst_gap_us: int,
+def _run_config(folder: Path, mode: str | None, k: int | None, k_pre: int | None):
+    """The run's resolved configuration, with the mode changes asked for; None for a slice."""
+    from pcnlab.experiments.config import MODES, RunConfig
+
+    path = folder / "config.yaml"
+    if not path.exists():
+        return None
+    run = RunConfig.from_dict(yaml.safe_load(path.read_text()))
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"--mode {mode}: choose one of {', '.join(MODES)}")
+    changes = {k_: v for k_, v in (("kind", mode), ("K", k), ("K_pre", k_pre)) if v is not None}
+    return dataclasses.replace(run, mode=dataclasses.replace(run.mode, **changes))
+
+
+def run_standalone(topology: Path, mode: str | None, k: int | None, k_pre: int | None,
                    events_path: Path | None, say=print) -> None:
-    endpoints = load_endpoints(endpoints_file(topology))
-    port_mode = PortMode(mode, k=k, k_pre=k_pre)
-    dataplane = {ep.name: DataPlaneConfig(switch_id=ep.device_id, burst_gap_us=burst_gap_us,
-                                          modes={p: port_mode for p in ep.ports})
-                 for ep in endpoints}
-    controller = PcnController(endpoints, P4Program.named(), election_id=TAKEOVER_ELECTION_ID,
-                               dataplane=dataplane)
-    events = EventLog(events_path or Path(topology if Path(topology).is_dir() else Path(topology).parent)
-                      / "controller-events.jsonl")
-    rates = {(ep.name, q.port): q.rate_pps for ep in endpoints for q in ep.queues if q.rate_pps}
-    PcnScheduler(controller, events, PlannerConfig(k_pre=k_pre, port_rates=rates), arm=(mode == "pcn"))
+    from pcnlab.experiments.control import start_controller, start_slice_controller
+
+    path = endpoints_file(topology)
+    folder = path.parent
+    endpoints = load_endpoints(path)
+    events = EventLog(events_path or folder / "controller-events.jsonl")
+    run = _run_config(folder, mode, k, k_pre)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with ControllerThread(controller):
-        say(f"driving {', '.join(ep.name for ep in endpoints)} in mode {mode}; events in {events.path}; "
-            "Ctrl-C to stop")
+    if run is not None:
+        topo = run.topology.build(monitors=run.switch.kind == "bmv2" and bool(run.telemetry.every))
+        thread, _ = start_controller(run, topo, endpoints, events, election_id=TAKEOVER_ELECTION_ID)
+        what = f"run {run.name} in mode {run.mode.kind}"
+    else:
+        thread, _ = start_slice_controller(endpoints, mode or "ecn", k or 40, k_pre or 10, events,
+                                           election_id=TAKEOVER_ELECTION_ID)
+        what = f"mode {mode or 'ecn'}"
+    try:
+        say(f"driving {', '.join(ep.name for ep in endpoints)} ({what}); events in {events.path}; Ctrl-C to stop")
         stop.wait()
-    events.close()
+    finally:
+        thread.stop()
+        events.close()
     say("stopped; no window left armed")

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 ETHERTYPE_PCN_TELEMETRY = 0x88B5
 # seq, switch_id, egress_port, class, job, flags, reserved, ingress_ts (hi16, lo32), egress_ts (hi16,
-# lo32), enq_qdepth, deq_qdepth, queue_delay, packet_length, reserved2: 40 bytes.
-RECORD = struct.Struct("!IHHBBBBHIHIIIIHH")
+# lo32), enq_qdepth, deq_qdepth, queue_delay, packet_length, payload_length, src_host, dst_host: 44 bytes.
+RECORD = struct.Struct("!IHHBBBBHIHIIIIHHHH")
 ETH_HEADER = 14
 
 FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START, FLAG_IN_WINDOW, FLAG_ECT = 0x01, 0x02, 0x04, 0x08, 0x10
 
 COLUMNS = ("host_ns", "switch", "seq", "port", "class", "job", "ingress_us", "egress_us", "enq_qdepth",
-           "deq_qdepth", "queue_delay_us", "packet_length", "marked", "dropped", "burst_start",
-           "in_window", "ect")
+           "deq_qdepth", "queue_delay_us", "packet_length", "payload_bytes", "src_host", "dst_host", "marked",
+           "dropped", "burst_start", "in_window", "ect")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class TelemetryRecord:
     deq_qdepth: int
     queue_delay_us: int
     packet_length: int
+    payload_bytes: int = 0    # L4 payload: 0 for a pure ACK
+    src_host: int = 0         # low 16 bits of the IPv4 source: N for host hN (topologies/topos.py)
+    dst_host: int = 0
 
     @property
     def marked(self) -> bool:
@@ -57,7 +60,8 @@ class TelemetryRecord:
     def row(self, host_ns: int, switch: str) -> tuple:
         return (host_ns, switch, self.seq, self.port, "ddl" if self.traffic_class == 1 else "background",
                 self.job, self.ingress_us, self.egress_us, self.enq_qdepth, self.deq_qdepth,
-                self.queue_delay_us, self.packet_length, int(self.marked), int(self.dropped),
+                self.queue_delay_us, self.packet_length, self.payload_bytes, self.src_host, self.dst_host,
+                int(self.marked), int(self.dropped),
                 int(self.burst_start), int(self.in_window), int(self.ect))
 
 
@@ -66,6 +70,6 @@ def decode_frame(frame: bytes) -> TelemetryRecord | None:
     if len(frame) < ETH_HEADER + RECORD.size or frame[12:14] != b"\x88\xb5":
         return None
     (seq, switch_id, port, cls, job, flags, _, in_hi, in_lo, eg_hi, eg_lo, enq, deq, delay, length,
-     _) = RECORD.unpack_from(frame, ETH_HEADER)
+     payload, src, dst) = RECORD.unpack_from(frame, ETH_HEADER)
     return TelemetryRecord(seq, switch_id, port, cls, job, flags, (in_hi << 32) | in_lo,
-                           (eg_hi << 32) | eg_lo, enq, deq, delay, length)
+                           (eg_hi << 32) | eg_lo, enq, deq, delay, length, payload, src, dst)

@@ -19,7 +19,7 @@ class PcnTelemetry(Packet):
         ByteField("traffic_class", 0), ByteField("job", 0), XByteField("flags", 0), ByteField("reserved", 0),
         BitField("ingress_ts", 0, 48), BitField("egress_ts", 0, 48), IntField("enq_qdepth", 0),
         IntField("deq_qdepth", 0), IntField("queue_delay", 0), ShortField("packet_length", 0),
-        ShortField("reserved2", 0),
+        ShortField("payload_length", 0), ShortField("src_host", 0), ShortField("dst_host", 0),
     ]
 
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from pcnlab.controller.dataplane import MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH, MODES
 from pcnlab.errors import UsageError
 from pcnlab.experiments.yamlpos import Raw, Where, load_tree, parse_scalar
 from pcnlab.topologies.routing import rate_pps
@@ -42,11 +43,10 @@ MAX_LINK_MBPS = 100.0
 MAX_LINK_MBPS_PACKET_LOG = 50.0
 MAX_LINK_MBPS_BRIDGE = 1000.0      # Linux bridge + tc: not CPU-bound at these rates
 MIN_LINK_MBPS = 0.1
-MAX_QUEUE = (1 << 19) - 1          # the data plane's queue depth fields are 19 bits
-MAX_JOBS = 15                      # DDL job ids 1..15 in the data plane
+MAX_QUEUE = MAX_QDEPTH             # the data plane's queue depth fields
+MAX_JOBS = MAX_JOB_ID              # DDL job ids 1..MAX_JOB_ID in the data plane
 MAX_RUNS = 1000                    # sweep points x repetitions
 
-MODES = ("droptail", "ecn", "pcn", "pcn-host")
 SWITCH_KINDS = ("bmv2", "bridge")
 JOB_KINDS = ("ps", "ring", "generator")
 PATTERNS = ("ps", "ring")
@@ -168,9 +168,9 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "auto: the queue the last burst met / port rate + one RTT", unit="us", min=0),
         Key("guard_us", "int", 1000, "pcn: how long after the predicted start the window stays open",
             unit="us", min=0),
-        Key("burst_gap_us", "int", 2000, "G: a DDL packet after this much silence on a port starts a burst "
-            "(burst digests and metrics, every mode)", unit="us", min=1),
         Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
+        Key("announce_hold_us", "int", 100_000, "pcn-host: an announcement keeps K_pre for background at most "
+            "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US),
     ),
     "telemetry": (
         Key("every", "every", 1, "clone 1 in N packets of every port to the monitor host; off: no queue log",
@@ -212,6 +212,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "auto: on in pcn-host runs only", applies=("generator",)),
         Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: one smoothed RTT)",
             unit="us", min=0, applies=("generator",)),
+        Key("burst_gap_us", "int", 10_000, "G: a data packet of the job after this much silence on a switch "
+            "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),
+        Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
+            "never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
         Key("cc", "choice", "cubic", "TCP congestion control; dctcp needs a kernel with it (checked when the "
             "run starts) and ecn: true", choices=CCS, what="congestion control"),
         Key("ecn", "bool", True, "ECN on the job's hosts (ECT packets)"),
@@ -277,12 +281,13 @@ class ModeConfig:
     K_pre: int = 10
     lead_us: int | str = "auto"            # "auto": what the queue needs to drain, plus an RTT
     guard_us: int = 1000
-    burst_gap_us: int = 2000
     drop_non_ect: bool = False
+    announce_hold_us: int = 100_000
 
     def port_mode_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.dataplane.PortMode."""
-        return {"mode": self.kind, "k": self.K, "k_pre": self.K_pre, "drop_non_ect": self.drop_non_ect}
+        return {"mode": self.kind, "k": self.K, "k_pre": self.K_pre, "drop_non_ect": self.drop_non_ect,
+                "hold_us": self.announce_hold_us}
 
     def planner_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.windows.PlannerConfig (lead None: the planner's automatic lead)."""
@@ -316,6 +321,8 @@ class JobConfig:
     jitter_ms: float = 0.0
     pcn_start: bool = False
     pcn_start_lead_us: float = 0.0
+    burst_gap_us: int = 10_000
+    burst_min_payload: int = 64
     cc: str = "cubic"
     ecn: bool = True
 

@@ -4,7 +4,6 @@ its workloads, and leaves its logs, metrics and plots behind, whether it finishe
 
 from __future__ import annotations
 
-import itertools
 import json
 import platform
 import sys
@@ -14,14 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from pcnlab.controller.controller import ControllerThread, PcnController
-from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode, read_port_counters
+from pcnlab.controller.dataplane import read_port_counters
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.program import P4Program
-from pcnlab.controller.scheduler import PcnScheduler
-from pcnlab.controller.windows import PlannerConfig
 from pcnlab.errors import PcnLabError
 from pcnlab.experiments.config import Experiment, RunConfig
+from pcnlab.experiments.control import start_controller
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 from pcnlab.toolchain import bmv2_build, find_program, p4c_version
@@ -80,30 +76,6 @@ def versions() -> dict:
     return out
 
 
-def dataplane_configs(run: RunConfig, topo, endpoints) -> dict[str, DataPlaneConfig]:
-    """Per switch: the run's mode on every traffic port, DDL classes for each job's host pairs, the
-    burst gap, and telemetry to the monitor port."""
-    from pcnlab.workloads import PCN_START_DSCP
-
-    ips = {h: topo.nodeInfo(h)["ip"].split("/")[0] for h in topo.hosts()}
-    classes = []
-    for job in run.jobs:
-        for a, b in itertools.permutations(sorted(set(job.hosts)), 2):
-            classes.append(FlowClass(job=job.id, src=f"{ips[a]}/32", dst=f"{ips[b]}/32"))
-    mode = PortMode(**run.mode.port_mode_kwargs())
-    every = run.telemetry.every
-    out = {}
-    for ep in endpoints:
-        monitor = topo.monitor_port(ep.name)
-        out[ep.name] = DataPlaneConfig(
-            switch_id=ep.device_id, classes=tuple(classes),
-            modes={p: mode for p in ep.ports if p != monitor},
-            burst_gap_us=run.mode.burst_gap_us,
-            telemetry_port=monitor if every else None, telemetry_every=every or 1,
-            pcn_start_dscp=PCN_START_DSCP if run.mode.kind == "pcn-host" else None)
-    return out
-
-
 class RunExecution:
     """Everything one run starts, in order, and stops in reverse."""
 
@@ -129,15 +101,7 @@ class RunExecution:
             events = EventLog(path / "events.jsonl")
             try:
                 if bmv2:
-                    endpoints = net.endpoints()
-                    controller = PcnController(endpoints, P4Program.named(),
-                                               dataplane=dataplane_configs(run, topo, endpoints))
-                    rates = {(ep.name, q.port): q.rate_pps for ep in endpoints for q in ep.queues if q.rate_pps}
-                    scheduler = PcnScheduler(controller, events,
-                                             PlannerConfig(**run.mode.planner_kwargs(), port_rates=rates),
-                                             arm=run.mode.kind == "pcn")
-                    controller_thread = ControllerThread(controller).start()
-                    events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre)
+                    controller_thread, scheduler = start_controller(run, topo, net.endpoints(), events)
                 if telemetry:
                     collectors = self._start_collectors(net, topo)
                 progress = Progress(run.duration_s)

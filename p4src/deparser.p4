@@ -25,6 +25,7 @@ control PcnDeparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.telemetry);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.l4);
+        pkt.emit(hdr.tcp);
     }
 }
 

@@ -30,16 +30,20 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         meta.k = k;
         meta.k_pre = k_pre;
         meta.drop_non_ect = drop_non_ect;
+        meta.use_windows = 1;
     }
 
-    /* The paper's: K_pre applies to background traffic while announced bursts are pending on the port. */
-    action mode_pcn_host(qdepth_t k, qdepth_t k_pre) {
+    /* The paper's: K_pre applies to background traffic while a job's announced burst is pending on the
+     * port, for at most hold_us after the last announcement. */
+    action mode_pcn_host(qdepth_t k, qdepth_t k_pre, bit<32> hold_us) {
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k_pre;
-        bit<16> pending;
-        announced_bursts.read(pending, (bit<32>)std.egress_port);
-        meta.window_open = (bit<1>)(pending > 0);
+        bit<16> jobs;
+        announced_jobs.read(jobs, (bit<32>)std.egress_port);
+        time_us_t last;
+        last_announcement_us.read(last, (bit<32>)std.egress_port);
+        meta.window_open = (bit<1>)(jobs > 0 && std.ingress_global_timestamp - last < (time_us_t)hold_us);
     }
 
     table port_mode {
@@ -81,11 +85,15 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
             hdr.telemetry.deq_qdepth = meta.tel.deq_qdepth;
             hdr.telemetry.queue_delay = meta.tel.queue_delay;
             hdr.telemetry.packet_length = meta.tel.packet_length;
+            hdr.telemetry.payload_length = meta.tel.payload_length;
+            hdr.telemetry.src_host = meta.tel.src_host;
+            hdr.telemetry.dst_host = meta.tel.dst_host;
             hdr.ethernet.dst = 0xffffffffffff;
             hdr.ethernet.ether_type = ETHERTYPE_PCN_TELEMETRY;
             hdr.ipv4.setInvalid();
             hdr.l4.setInvalid();
-            truncate(54);  /* Ethernet (14) + record (40) */
+            hdr.tcp.setInvalid();
+            truncate(TELEMETRY_FRAME_BYTES);
             return;
         }
         if (!hdr.ipv4.isValid() || std.egress_port >= MAX_PORTS) {
@@ -99,7 +107,7 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
             flags = flags | TEL_BURST_START;
         }
         port_mode.apply();
-        if (meta.marking == 1 && meta.traffic_class == CLASS_BACKGROUND && meta.k_pre < meta.k) {
+        if (meta.use_windows == 1 && meta.traffic_class == CLASS_BACKGROUND && meta.k_pre < meta.k) {
             predrain_windows.apply();
         }
         bit<32> slot = (bit<32>)std.egress_port * 2 + (bit<32>)meta.traffic_class;
@@ -147,6 +155,9 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
                 meta.tel.deq_qdepth = (bit<32>)std.deq_qdepth;
                 meta.tel.queue_delay = std.deq_timedelta;
                 meta.tel.packet_length = (bit<16>)std.packet_length;
+                meta.tel.payload_length = meta.payload_length;
+                meta.tel.src_host = hdr.ipv4.src[15:0];
+                meta.tel.dst_host = hdr.ipv4.dst[15:0];
                 clone_preserving_field_list(CloneType.E2E, meta.telemetry_session, 1);
             } else {
                 countdown = countdown - 1;

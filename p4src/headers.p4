@@ -59,7 +59,19 @@ header l4_ports_h {
     bit<16> dst_port;
 }
 
-/* One queue telemetry record (40 bytes), sent as a truncated egress clone to the collector port. */
+/* The rest of a TCP header without options: its data offset tells the payload from the header. */
+header tcp_rest_h {
+    bit<32> seq_no;
+    bit<32> ack_no;
+    bit<4>  data_offset;   /* 32-bit words */
+    bit<4>  reserved;
+    bit<8>  flags;
+    bit<16> window;
+    bit<16> checksum;
+    bit<16> urgent_ptr;
+}
+
+/* One queue telemetry record (44 bytes), sent as a truncated egress clone to the collector port. */
 header telemetry_h {
     bit<32> seq;           /* per switch; gaps are records lost on the way to the collector */
     bit<16> switch_id;
@@ -74,8 +86,11 @@ header telemetry_h {
     bit<32> deq_qdepth;    /* packets left behind when it departed */
     bit<32> queue_delay;   /* us spent in the queue */
     bit<16> packet_length;
-    bit<16> reserved2;
+    bit<16> payload_length; /* L4 payload bytes: 0 for a pure ACK */
+    bit<16> src_host;      /* low 16 bits of the IPv4 source: host hN is 10.0.0.0/16 + N */
+    bit<16> dst_host;      /* low 16 bits of the IPv4 destination */
 }
+#define TELEMETRY_FRAME_BYTES 58  /* Ethernet (14) + record (44): what a clone is truncated to */
 
 /* Digest to the controller: a DDL burst started on a port (the paper's "start queue length"). */
 struct burst_digest_t {
@@ -91,6 +106,7 @@ struct headers_t {
     telemetry_h telemetry;
     ipv4_h      ipv4;
     l4_ports_h  l4;
+    tcp_rest_h  tcp;
 }
 
 /* Copied into the telemetry clone (clone_preserving_field_list index 1). */
@@ -106,23 +122,29 @@ struct telemetry_meta_t {
     @field_list(1) bit<32> deq_qdepth;
     @field_list(1) bit<32> queue_delay;
     @field_list(1) bit<16> packet_length;
+    @field_list(1) bit<16> payload_length;
+    @field_list(1) bit<16> src_host;
+    @field_list(1) bit<16> dst_host;
 }
 
 struct metadata_t {
     /* Set by the controller's switch_config default action. */
     @field_list(1) bit<16> switch_id;
-    bit<32> burst_gap_us;
     bit<32> telemetry_every;   /* clone 1 in N packets per port; 0: telemetry off */
     bit<32> telemetry_session; /* clone session to the collector port */
-    /* Classification. */
+    /* Classification (set_ddl carries the job's burst detection settings). */
     bit<8>  traffic_class;
     bit<8>  job;
+    bit<32> burst_gap_us;      /* G: a data packet after this much silence starts a burst */
+    bit<16> burst_min_payload; /* smaller packets (pure ACKs, control messages) never start one */
+    bit<16> payload_length;    /* L4 payload bytes */
     bit<1>  burst_start;
     /* Egress mode. */
     bit<1>  marking;           /* 0: drop-tail */
     qdepth_t k;
     qdepth_t k_pre;
     bit<1>  drop_non_ect;
+    bit<1>  use_windows;       /* pcn: look the packet's time up in predrain_windows */
     bit<1>  window_open;
     telemetry_meta_t tel;
 }

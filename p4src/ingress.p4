@@ -1,23 +1,23 @@
-/* Ingress: configuration, forwarding, traffic classes, burst-start detection and digests, pcn-host
- * announcements, and the per-port/class counters of packets handed to each egress queue. */
+/* Ingress: configuration, forwarding, traffic classes, burst-start detection from data packets and
+ * digests, pcn-host announcements, and the per-port/class counters of packets handed to each egress queue. */
 #ifndef PCN_INGRESS_P4
 #define PCN_INGRESS_P4
 
 #include "forwarding.p4"
 
 control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
-    /* Last DDL packet seen per (egress port, job), for burst-start detection. */
+    /* Last DDL data packet seen per (egress port, job), for burst-start detection. */
     register<time_us_t>(MAX_PORTS * MAX_JOBS) last_ddl_us;
+    /* pcn-host: 1 while (egress port, job) has an announced burst that has not arrived. */
+    register<bit<1>>(MAX_PORTS * MAX_JOBS) announced;
 
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) rx_port_class;      /* by ingress port */
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) to_queue_port_class; /* by egress port */
 
     Forwarding() forwarding;
 
-    action set_switch_config(bit<16> switch_id, bit<32> burst_gap_us, bit<32> telemetry_every,
-                             bit<32> telemetry_session) {
+    action set_switch_config(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session) {
         meta.switch_id = switch_id;
-        meta.burst_gap_us = burst_gap_us;
         meta.telemetry_every = telemetry_every;
         meta.telemetry_session = telemetry_session;
     }
@@ -25,12 +25,15 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     /* No key: the controller sets the default action once per switch. */
     table switch_config {
         actions = { set_switch_config; }
-        default_action = set_switch_config(0, 1000, 0, 0);
+        default_action = set_switch_config(0, 0, 0);
     }
 
-    action set_ddl(bit<8> job) {
+    /* A DDL job's packet, with how its bursts are told apart: G and the smallest payload that counts. */
+    action set_ddl(bit<8> job, bit<32> burst_gap_us, bit<16> burst_min_payload) {
         meta.traffic_class = CLASS_DDL;
         meta.job = job;
+        meta.burst_gap_us = burst_gap_us;
+        meta.burst_min_payload = burst_min_payload;
     }
 
     action set_background() {
@@ -52,16 +55,10 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         size = 256;
     }
 
-    action count_announcement() {
-        bit<16> pending;
-        announced_bursts.read(pending, (bit<32>)std.egress_spec);
-        announced_bursts.write((bit<32>)std.egress_spec, pending + 1);
-    }
-
     /* pcn-host: the DSCP code point with which hosts announce a burst (PCN-START). */
     table pcn_start_codepoint {
         key = { hdr.ipv4.dscp: exact @name("dscp"); }
-        actions = { count_announcement; NoAction; }
+        actions = { NoAction; }
         default_action = NoAction();
         size = 4;
     }
@@ -77,27 +74,53 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         bit<32> slot_out = (bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class;
         rx_port_class.count(slot_in);
         to_queue_port_class.count(slot_out);
-        /* An announcement is not part of the burst it announces. */
-        bool announcement = pcn_start_codepoint.apply().hit;
 
-        if (meta.traffic_class == CLASS_DDL && !announcement) {
-            bit<32> idx = (bit<32>)std.egress_spec * MAX_JOBS + (bit<32>)meta.job;
+        /* L4 payload: what is left of the IP packet after its own and the TCP (or UDP) header. */
+        bit<16> headers = ((bit<16>)hdr.ipv4.ihl) << 2;
+        if (hdr.tcp.isValid()) {
+            headers = headers + (((bit<16>)hdr.tcp.data_offset) << 2);
+        } else if (hdr.l4.isValid()) {
+            headers = headers + 8;
+        }
+        if (hdr.ipv4.total_len > headers) {
+            meta.payload_length = hdr.ipv4.total_len - headers;
+        }
+
+        if (meta.traffic_class == CLASS_DDL) {
+            bit<32> port = (bit<32>)std.egress_spec;
+            bit<32> idx = port * MAX_JOBS + (bit<32>)meta.job;
+            time_us_t now = std.ingress_global_timestamp;
             time_us_t last;
             last_ddl_us.read(last, idx);
-            time_us_t now = std.ingress_global_timestamp;
-            if (last == 0 || now - last > (time_us_t)meta.burst_gap_us) {
-                meta.burst_start = 1;
-                bit<32> queue;
-                port_queue_left.read(queue, (bit<32>)std.egress_spec);
-                digest<burst_digest_t>(1, {meta.switch_id, (bit<16>)std.egress_spec, meta.job, now, queue});
-                /* pcn-host: the announced burst has arrived. */
-                bit<16> pending;
-                announced_bursts.read(pending, (bit<32>)std.egress_spec);
-                if (pending > 0) {
-                    announced_bursts.write((bit<32>)std.egress_spec, pending - 1);
+            bool idle = last == 0 || now - last > (time_us_t)meta.burst_gap_us;
+            bit<1> pending;
+            announced.read(pending, idx);
+            bit<16> jobs;
+            announced_jobs.read(jobs, port);
+            if (pcn_start_codepoint.apply().hit) {
+                /* An announcement is not part of the burst it announces; one announcing a burst that
+                 * is already under way (a late worker's) announces nothing. */
+                if (idle) {
+                    if (pending == 0) {
+                        announced.write(idx, 1);
+                        announced_jobs.write(port, jobs + 1);
+                    }
+                    last_announcement_us.write(port, now);
                 }
+            } else if (meta.payload_length >= meta.burst_min_payload) {
+                /* A data packet: pure ACKs and small control messages never start a burst. */
+                if (idle) {
+                    meta.burst_start = 1;
+                    bit<32> queue;
+                    port_queue_left.read(queue, port);
+                    digest<burst_digest_t>(1, {meta.switch_id, (bit<16>)std.egress_spec, meta.job, now, queue});
+                    if (pending == 1) {  /* pcn-host: the announced burst has arrived */
+                        announced.write(idx, 0);
+                        announced_jobs.write(port, jobs - 1);
+                    }
+                }
+                last_ddl_us.write(idx, now);
             }
-            last_ddl_us.write(idx, now);
         }
     }
 }

@@ -6,7 +6,10 @@
  * burst digest (ingress cannot see the queue a packet is about to join). */
 register<bit<32>>(MAX_PORTS) port_queue_left;
 
-/* pcn-host: bursts announced with PCN-START and not yet arrived, per egress port. */
-register<bit<16>>(MAX_PORTS) announced_bursts;
+/* pcn-host: jobs whose next burst was announced with PCN-START and has not arrived yet, per egress
+ * port, and when the last announcement came. An announcement holds for at most the mode's hold time,
+ * so a burst that never comes cannot leave the port marking at K_pre. */
+register<bit<16>>(MAX_PORTS) announced_jobs;
+register<time_us_t>(MAX_PORTS) last_announcement_us;
 
 #endif

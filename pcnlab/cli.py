@@ -55,8 +55,7 @@ def _cmd_slice(args) -> int:
 def _cmd_controller(args) -> int:
     from pcnlab.controller.standalone import run_standalone
 
-    run_standalone(Path(args.topology), args.mode, args.k, args.k_pre, args.burst_gap_us,
-                   Path(args.events) if args.events else None)
+    run_standalone(Path(args.topology), args.mode, args.k, args.k_pre, Path(args.events) if args.events else None)
     return 0
 
 
@@ -144,11 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_queues)
 
     p = sub.add_parser("controller", help="run the controller alone against running switches")
-    p.add_argument("--topology", required=True, help="the run folder of a running network (its endpoints.json)")
-    p.add_argument("--mode", default="ecn", help="droptail, ecn, pcn, pcn-host (default: ecn)")
-    p.add_argument("--k", type=int, default=40, help="ECN threshold K, packets (default 40)")
-    p.add_argument("--k-pre", type=int, default=10, help="PCN threshold K_pre, packets (default 10)")
-    p.add_argument("--burst-gap-us", type=int, default=2000, help="idle gap G before a burst start (us)")
+    p.add_argument("--topology", required=True, help="the folder of a running network: a run in progress "
+                   "(its config.yaml gives classes, burst detection, telemetry) or a slice (its endpoints.json)")
+    p.add_argument("--mode", help="droptail, ecn, pcn, pcn-host (default: the run's; ecn for a slice)")
+    p.add_argument("--k", type=int, help="ECN threshold K, packets (default: the run's; 40 for a slice)")
+    p.add_argument("--k-pre", type=int, help="PCN threshold K_pre, packets (default: the run's; 10 for a slice)")
     p.add_argument("--events", help="event log path (default: in the run folder)")
     p.set_defaults(func=_cmd_controller)
     return parser

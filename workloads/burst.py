@@ -42,10 +42,15 @@ HELLO = struct.Struct("!Q")    # the worker's rank, once per connection
 class _Payload:
     def __init__(self, size: int):
         self.buf = memoryview(bytearray(max(size, 1)))
+        self._out = memoryview(bytearray(HEADER.size + max(size, 1)))
 
     def send(self, sock: socket.socket, it: int, size: int) -> None:
-        sock.sendall(HEADER.pack(it, size))
-        sock.sendall(self.buf[:size])
+        """Header and payload in one write: a burst's first segment is a full one, never a lone header
+        (which the switch would not count as the burst's start: it looks like a control message)."""
+        if HEADER.size + size > len(self._out):
+            self._out = memoryview(bytearray(HEADER.size + size))
+        HEADER.pack_into(self._out, 0, it, size)
+        sock.sendall(self._out[:HEADER.size + size])
 
     def receive(self, sock: socket.socket, expect_it: int) -> tuple[int, int]:
         """(first byte's time, payload size)."""

@@ -64,8 +64,8 @@ def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
         port = next(p for p, peer in endpoint.ports.items() if peer == "h3")
         endpoint = dataclasses.replace(endpoint, queues=(PortQueue(port, RATE_PPS, 100),))
         dataplane = DataPlaneConfig(
-            switch_id=1, classes=(FlowClass(job=1, src=f"{net.host('h2').IP()}/32"),),
-            modes={port: PortMode("pcn", k=40, k_pre=5)}, burst_gap_us=20_000)
+            switch_id=1, classes=(FlowClass(job=1, src=f"{net.host('h2').IP()}/32", burst_gap_us=20_000),),
+            modes={port: PortMode("pcn", k=40, k_pre=5)})
         controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": dataplane})
         events = EventLog(run_folder.path / "events.jsonl")
         scheduler = PcnScheduler(controller, events, PlannerConfig(k_pre=5, rate_pps=RATE_PPS, guard_us=5000))

@@ -23,7 +23,7 @@ def test_standalone_controller_takes_over_running_switches(run_folder):
         run_folder.ledger.add_process(proc.pid, "pcnlab controller")
         try:
             line = proc.stdout.readline()
-            assert line.startswith("driving s1, s2 in mode ecn"), line + proc.stderr.read()
+            assert line.startswith("driving s1, s2 (mode ecn)"), line + proc.stderr.read()
             assert " 0% packet loss" in h1.cmd(f"ping -c2 -W2 {h2.IP()}")
         finally:
             proc.send_signal(signal.SIGTERM)

@@ -102,7 +102,8 @@ def test_every_default_is_resolved(tmp_path):
     assert run.topology.queue_rates_pps() == {"bw": 1651}
     assert (run.switch.kind, run.switch.packet_log, run.switch.pcap) == ("bmv2", False, False)
     assert run.mode.kind == "droptail" and (run.mode.K, run.mode.K_pre) == (40, 10)
-    assert run.mode.lead_us == "auto" and run.mode.guard_us == 1000 and run.mode.burst_gap_us == 2000
+    assert run.mode.lead_us == "auto" and run.mode.guard_us == 1000
+    assert run.jobs[0].burst_gap_us == 10_000 and run.jobs[0].burst_min_payload == 64
     assert run.telemetry.every == 1
     job = run.jobs[0]
     assert (job.id, job.name, job.pattern, job.ps, job.workers) == (1, "job1", "ps", ("h1",), ("h2", "h3"))

@@ -30,7 +30,6 @@ mode:
   kind: ecn
   K: 20
   K_pre: 5
-  burst_gap_us: 20000
 telemetry: 1
 jobs:
   - name: gen
@@ -41,6 +40,7 @@ jobs:
     burst_bytes: 30000
     period_ms: 300
     iterations: 12
+    burst_gap_us: 20000
 background:
   - src: h3
     dst: h4

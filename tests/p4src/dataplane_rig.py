@@ -41,9 +41,9 @@ class DataPlaneRig:
         endpoint = dataclasses.replace(endpoint, queues=(PortQueue(self.port, rate_pps, depth),))
         self.config = DataPlaneConfig(
             switch_id=1,
-            classes=(FlowClass(job=1, src=f"{self.net.host('h2').IP()}/32"),),
+            classes=(FlowClass(job=1, src=f"{self.net.host('h2').IP()}/32", burst_gap_us=burst_gap_us),),
             modes={p: PortMode("droptail") for p in endpoint.ports},
-            burst_gap_us=burst_gap_us, telemetry_port=self.monitor_port, pcn_start_dscp=PCN_START_DSCP)
+            telemetry_port=self.monitor_port, pcn_start_dscp=PCN_START_DSCP)
         self.bursts = []
         self.controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": self.config},
                                         on_burst=[lambda sw, burst: self.bursts.append(burst)])
@@ -73,12 +73,15 @@ class DataPlaneRig:
     def counters(self) -> dict:
         return self.thread.call(read_port_counters(self.controller.switches["s1"]), 10)
 
-    def blast(self, src: str, count: int, ecn: int = 1, dscp: int = 0, size: int = 1000, dport: int = 9000) -> None:
-        """Send `count` UDP packets from `src` to h3 back to back (ecn=1: ECT(1))."""
+    def blast(self, src: str, count: int, ecn: int = 1, dscp: int = 0, size: int = 1000, dport: int = 9000,
+              announce_at: int = -1) -> None:
+        """Send `count` UDP packets from `src` to h3 back to back (ecn=1: ECT(1)); packet `announce_at`
+        carries the PCN-START code point instead."""
         h3 = self.net.host("h3")
         host = self.net.host(src)
         out = host.cmd(f"{sys.executable} {BLAST} {src}-eth0 {h3.MAC()} {host.IP()} {h3.IP()} "
-                       f"--count {count} --ecn {ecn} --dscp {dscp} --size {size} --dport {dport}")
+                       f"--count {count} --ecn {ecn} --dscp {dscp} --size {size} --dport {dport} "
+                       f"--announce-at {announce_at} --announce-dscp {PCN_START_DSCP}")
         assert f"sent {count}" in out, out
 
     def drain(self, packets: int | None = None) -> None:

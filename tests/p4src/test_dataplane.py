@@ -136,18 +136,19 @@ def test_pcn_can_drop_non_ect_background_early_inside_a_window(rig):
     assert len(packets) == 60 - len(dropped)
 
 
-def test_pcn_host_follows_the_announcement_counter(rig):
+def test_pcn_host_follows_announcements_until_the_burst_arrives(rig):
     from dataplane_rig import PCN_START_DSCP
 
-    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE))
+    # Each blast is a new process (about a second to start): the hold must outlast that here.
+    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE, hold_us=10_000_000))
     time.sleep(0.1)  # a DDL burst start needs silence before it (G)
     with rig.queue_log() as (records, _):
-        rig.blast("h2", 1, dscp=PCN_START_DSCP)  # the announcement: a DDL burst is coming (+1)
+        rig.blast("h2", 2, dscp=PCN_START_DSCP)  # two workers of the job announce its next burst
         rig.blast("h1", 60)                      # background meets the low threshold
         rig.drain(61)
         time.sleep(0.1)
-        rig.blast("h2", 5)                       # the burst arrives after silence (-1)
-        rig.blast("h1", 60)                      # background is back at K
+        rig.blast("h2", 5)                       # the burst arrives after silence: the job's
+        rig.blast("h1", 60)                      # announcement is taken back, background is at K again
         rig.drain(65)
     recs = _port_records(records, rig)
     bg = [r for r in recs if r["class"] == "background"]
@@ -155,6 +156,49 @@ def test_pcn_host_follows_the_announcement_counter(rig):
     assert all(r["in_window"] for r in first) and not any(r["in_window"] for r in second)
     assert all(r["marked"] == (r["enq_qdepth"] >= K_PRE) for r in first)
     assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in second)
+
+
+def test_pcn_host_announcement_expires_and_is_ignored_inside_a_burst(rig):
+    from dataplane_rig import PCN_START_DSCP
+
+    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE, hold_us=200_000))
+    time.sleep(0.1)
+    with rig.queue_log() as (records, _):
+        rig.blast("h2", 1, dscp=PCN_START_DSCP)  # announced, but its burst never comes ...
+        time.sleep(0.3)                          # ... and the hold runs out
+        rig.blast("h1", 30)
+        rig.drain(31)
+    expired = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    assert len(expired) == 30 and not any(r["in_window"] for r in expired)
+
+    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE, hold_us=10_000_000))
+    with rig.queue_log() as (records, _):
+        # A late worker announcing a burst that is under way (its data within G) announces nothing;
+        # the burst itself takes back the stale announcement.
+        rig.blast("h2", 20, announce_at=10)
+        rig.blast("h1", 30)
+        rig.drain(51)
+    late = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    assert len(late) == 30 and not any(r["in_window"] for r in late)
+
+
+def test_only_data_packets_start_bursts_and_records_carry_hosts_and_payload(rig):
+    rig.set_mode(PortMode("droptail"))
+    time.sleep(0.1)
+    rig.bursts.clear()
+    with rig.queue_log() as (records, _):
+        rig.blast("h2", 3, size=28)   # UDP without payload: like a pure ACK
+        rig.blast("h2", 3, size=60)   # 32 bytes of payload: below the 64-byte minimum
+        time.sleep(0.1)               # silence longer than G
+        rig.blast("h2", 3, size=92)   # 64 bytes: data
+        rig.drain(9)
+    time.sleep(0.5)
+    recs = [r for r in _port_records(records, rig) if r["class"] == "ddl"]
+    assert [r["payload_bytes"] for r in recs] == [0] * 3 + [32] * 3 + [64] * 3
+    assert [r["burst_start"] for r in recs] == [0] * 6 + [1, 0, 0]
+    assert len(rig.bursts) == 1
+    h2, h3 = (int(rig.net.host(h).IP().split(".")[3]) for h in ("h2", "h3"))
+    assert all((r["src_host"], r["dst_host"]) == (h2, h3) for r in recs)
 
 
 def test_burst_start_digest_reports_the_queue_the_burst_met(rig):
