@@ -1,5 +1,11 @@
-"""From a finished run folder to metrics.json and plots, and from a sweep's runs to its summary table.
-Reads files only: it never re-runs anything, so it can be repeated on old results."""
+"""From a finished run folder to metrics.json, iterations.csv and the run's queue plot. Reads files only
+(through pcnlab.results): it never re-runs anything, so it can be repeated on old results.
+
+The unit of the headline metrics is the DDL iteration, at the bottleneck port, as the workers' logs
+define it (experiments/iterations.py). What the switch reported as bursts (a job's data packets split
+at silences longer than its G) is kept as `switch_bursts`: TCP splits one iteration into several of
+them, so they are evidence about detection, not the paper's metrics.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +15,22 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from pcnlab.controller.events import read_events
 from pcnlab.errors import UsageError
+from pcnlab.experiments import iterations as it
 from pcnlab.experiments import metrics as m
+from pcnlab.results import RunData, load_run
+from pcnlab.topologies.routing import rate_mbps
 
 HEADLINE = (  # (metrics key path, column title, format)
-    ("bursts.start_queue_pkts.mean", "start queue (pkts)", "{:.1f}"),
-    ("bursts.max_queue_pkts.mean", "max queue (pkts)", "{:.1f}"),
-    ("bursts.bct_ms.mean", "BCT (ms)", "{:.2f}"),
-    ("bursts.bct_over_ideal.mean", "BCT / ideal", "{:.2f}"),
-    ("throughput_mbps.ddl", "DDL Mbit/s", "{:.2f}"),
+    ("iterations.start_queue_pkts.mean", "start queue (pkts)", "{:.1f}"),
+    ("iterations.max_queue_pkts.mean", "max queue (pkts)", "{:.1f}"),
+    ("iterations.bct_ms.mean", "BCT (ms)", "{:.1f}"),
+    ("iterations.bct_over_ideal.mean", "BCT / ideal", "{:.2f}"),
+    ("iterations.ddl_mbps.mean", "DDL Mbit/s in bursts", "{:.2f}"),
     ("throughput_mbps.background", "background Mbit/s", "{:.2f}"),
     ("training.iteration_ms.mean", "iteration (ms)", "{:.1f}"),
-    ("controller.window_coverage", "window coverage", "{:.0%}"),
+    ("controller.iteration_coverage", "iteration coverage", "{:.0%}"),
 )
 
 
@@ -35,114 +42,166 @@ def _dig(data: dict, dotted: str):
     return data
 
 
-def _stats(values) -> dict:
+def stats(values) -> dict:
+    """mean, p50, p95, min, max and n of the finite values (all null when there are none)."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
+    arr = arr[np.isfinite(arr)]
     if arr.size == 0:
-        return {}
+        return {"mean": None, "p50": None, "p95": None, "min": None, "max": None, "n": 0}
     return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)), "p95": float(np.percentile(arr, 95)),
-            "max": float(arr.max()), "n": int(arr.size)}
+            "min": float(arr.min()), "max": float(arr.max()), "n": int(arr.size)}
 
 
-def load_queue_log(run_dir: Path) -> pd.DataFrame:
-    parts = [pd.read_csv(p) for p in sorted(Path(run_dir).glob("queue-s*.csv")) if p.stat().st_size > 0]
-    parts = [p for p in parts if not p.empty]
-    if not parts:
-        return pd.DataFrame()
-    return pd.concat(parts, ignore_index=True)
-
-
-def port_rates(run_dir: Path) -> dict[tuple[str, int], int]:
-    path = Path(run_dir) / "endpoints.json"
-    if not path.exists():
+def training_metrics(run: RunData) -> dict:
+    """Iteration time between a worker's iteration starts, and the loss the real models report."""
+    table = run.iterations
+    if table.empty:
         return {}
-    return {(ep["name"], q["port"]): q["rate_pps"] for ep in json.loads(path.read_text())
-            for q in ep["queues"] if q.get("rate_pps")}
-
-
-def bottleneck(log: pd.DataFrame) -> tuple[str, int] | None:
-    """The port where DDL packets queued the most: where the paper's metrics are taken."""
-    ddl = log[log["class"] == "ddl"]
-    if ddl.empty:
-        return None
-    deepest = ddl.groupby(["switch", "port"])["enq_qdepth"].quantile(0.95).idxmax()
-    return str(deepest[0]), int(deepest[1])
-
-
-def windows_from_events(events: list[dict]) -> list[dict]:
-    return [e for e in events if e["event"] == "arm"]
-
-
-def training_metrics(run_dir: Path) -> dict:
-    iterations = []
-    for log in sorted(Path(run_dir).glob("jobs/*/*.jsonl")):
-        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-        its = [r for r in records if r.get("type") == "iteration" and "worker" in log.name]
-        for a, b in zip(its, its[1:]):
-            iterations.append((b["compute_start_ns"] - a["compute_start_ns"]) / 1e6)
-    return {"iteration_ms": _stats(iterations)} if iterations else {}
-
-
-def controller_metrics(events: list[dict]) -> dict:
-    due = [e for e in events if e["event"] == "actual" and e.get("was_confident")]
-    out: dict = {"reports": sum(e["event"] == "report" for e in events)}
-    if due:
-        out["prediction_error_us"] = _stats([abs(e["error_us"]) for e in due])
-        out["window_coverage"] = sum(bool(e.get("covered")) for e in due) / len(due)
-    writes = [e["write_ms"] for e in events if e["event"] == "arm"]
-    if writes:
-        out["arm_write_ms"] = {"p50": float(np.percentile(writes, 50)), "p99": float(np.percentile(writes, 99)),
-                               "n": len(writes)}
-    clocks = [e["error_us"] for e in events if e["event"] == "clock"]
-    if clocks:
-        out["clock_error_us"] = _stats(clocks)
+    workers = table[table["role"] == "worker"].sort_values("iter")
+    gaps = []
+    for _, rows in workers.groupby(["job", "host"]):
+        gaps += list(np.diff(rows["compute_start_ns"].to_numpy()) / 1e6)
+    out: dict = {"iteration_ms": stats(gaps)}
+    if "loss" in workers and workers["loss"].notna().any():
+        per_iter = workers.groupby("iter")["loss"].mean().dropna()
+        out["loss_first"], out["loss_last"] = float(per_iter.iloc[0]), float(per_iter.iloc[-1])
     return out
+
+
+def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] | None) -> dict:
+    """Reports, and for pcn runs how the windows served the iterations (the workers' truth): the
+    share of iterations whose first data packet at the bottleneck met a window written before it, the
+    prediction error against the true starts, and the share of the run the bottleneck's windows were open."""
+    events = run.events
+    out: dict = {"reports": int((events["event"] == "report").sum()) if not events.empty else 0}
+    if events.empty:
+        return out
+    writes = events.loc[events["event"] == "arm", "write_ms"] if "write_ms" in events else pd.Series([], dtype=float)
+    if not writes.empty:
+        out["arm_write_ms"] = {"p50": float(writes.quantile(0.5)), "p99": float(writes.quantile(0.99)),
+                               "n": int(writes.size)}
+    clocks = events.loc[events["event"] == "clock", "error_us"] if "error_us" in events else pd.Series([], dtype=float)
+    if not clocks.empty:
+        out["clock_error_us"] = stats(clocks)
+    if neck is None or table.empty:
+        return out
+    out["prediction_error_us"] = stats(np.abs(it.prediction_errors(table, events, neck)))
+    if run.mode == "pcn":
+        windows = it.window_intervals(events)
+        out["iteration_coverage"] = float(table["covered"].mean()) if "covered" in table else None
+        at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
+        span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
+        out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)
+        out["windows"] = int(len(windows))
+    return out
+
+
+def queue_metrics(at: pd.DataFrame, table: pd.DataFrame, every: int) -> dict:
+    """Throughput per class (overall, and the background's during and between iterations), queueing
+    delay per class, marks and drops, at one port."""
+    sent = at[at["dropped"] == 0]
+    span_us = float(sent["egress_us"].max() - sent["egress_us"].min()) if len(sent) > 1 else 0.0
+    out: dict = {"throughput_mbps": {}}
+    for cls in ("ddl", "background"):
+        nbytes = float(sent.loc[sent["class"] == cls, "packet_length"].sum()) * every
+        out["throughput_mbps"][cls] = nbytes * 8 / span_us if span_us else None
+    bg = sent[sent["class"] == "background"]
+    if not table.empty and span_us:
+        inside = np.zeros(len(bg), dtype=bool)
+        t = bg["egress_us"].to_numpy()
+        for first, last in zip(table["first_in_us"], table["last_out_us"]):
+            inside |= (t >= first) & (t <= last)
+        busy = sum(last - first for first, last in zip(table["first_in_us"], table["last_out_us"]))
+        in_bytes = float(bg["packet_length"].to_numpy()[inside].sum()) * every
+        out_bytes = float(bg["packet_length"].to_numpy()[~inside].sum()) * every
+        out["throughput_mbps"]["background_during_iterations"] = in_bytes * 8 / busy if busy else None
+        idle = span_us - busy
+        out["throughput_mbps"]["background_between_iterations"] = out_bytes * 8 / idle if idle > 0 else None
+    out["queue_delay_us"] = {}
+    for cls in ("ddl", "background"):
+        delays = at.loc[at["class"] == cls, "queue_delay_us"].to_numpy(dtype=float)
+        out["queue_delay_us"][cls] = ({"mean": float(delays.mean()), **{f"p{q}": float(np.percentile(delays, q))
+                                                                          for q in (50, 95, 99)}}
+                                      if delays.size else {})
+    out["marks_drops"] = m.marks_and_drops(at)
+    return out
+
+
+def switch_bursts(at: pd.DataFrame, jobs: dict[int, dict]) -> dict:
+    """What the switch would call bursts at this port: each job's data packets split at its G."""
+    data = at[(at["class"] == "ddl") & at["data"]]
+    bursts = []
+    for job, rows in data.groupby("job"):
+        gap = int((jobs.get(int(job)) or {}).get("burst_gap_us") or 10_000)
+        bursts += m.bursts_from_queue_log(rows, gap)
+    return {"count": len(bursts), "start_queue_pkts": stats([b.start_queue for b in bursts]),
+            "bct_ms": stats([b.bct_us / 1000 for b in bursts])}
+
+
+def iteration_metrics(table: pd.DataFrame) -> dict:
+    ratio = table["bct_ms"] / table["ideal_ms"] if not table.empty else []
+    return {"start_queue_pkts": stats(table["start_queue"]), "max_queue_pkts": stats(table["max_queue"]),
+            "bct_ms": stats(table["bct_ms"]), "bct_over_ideal": stats(ratio),
+            "ddl_mbps": stats(table["ddl_mbps"]), "background_mbps": stats(table["background_mbps"])}
 
 
 def analyse_run(run_dir: Path, plots: bool = True) -> dict:
-    """Compute metrics.json (and the run's plots) from the files in `run_dir`."""
-    run_dir = Path(run_dir)
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
-    mode = _dig(config, "mode.kind") or "?"
-    out: dict = {"run": run_dir.name, "mode": mode, "sweep": config.get("sweep", {}),
-                 "workers": len((config.get("jobs") or [{}])[0].get("workers") or ())}
-    events = read_events(run_dir / "events.jsonl") if (run_dir / "events.jsonl").exists() else []
-    log = load_queue_log(run_dir)
-    bursts: list[m.Burst] = []
+    """Compute metrics.json and iterations.csv (and the run's queue plot) from the files in `run_dir`."""
+    run = load_run(run_dir)
+    config = run.config
+    every = run.telemetry_every
+    out: dict = {"run": run.name, "mode": run.mode, "sweep": config.get("sweep", {}),
+                 "repetition": config.get("repetition"),
+                 "workers": len((config.get("jobs") or [{}])[0].get("workers") or ()), "telemetry_every": every}
+    queue = run.queue
+    table = pd.DataFrame(columns=it.ITERATION_COLUMNS)
     neck = None
-    if not log.empty:
-        neck = bottleneck(log)
-        gap = int(_dig(config, "mode.burst_gap_us") or 2000)
+    if not queue.empty:
+        attributed = it.attribute(queue, run.iterations, run.jobs)
+        neck = it.bottleneck(attributed)
         if neck is not None:
-            at = log[(log["switch"] == neck[0]) & (log["port"] == neck[1])]
-            bursts = m.bursts_from_queue_log(at, gap)
-            rate = port_rates(run_dir).get(neck)
-            out["bottleneck"] = {"switch": neck[0], "port": neck[1], "rate_pps": rate}
-            out["bursts"] = {
-                "count": len(bursts),
-                "start_queue_pkts": _stats([b.start_queue for b in bursts]),
-                "max_queue_pkts": _stats([b.max_queue for b in bursts]),
-                "bct_ms": _stats([b.bct_us / 1000 for b in bursts]),
-                "bct_over_ideal": _stats([b.bct_us / m.ideal_bct_us(b.bytes, rate) for b in bursts]) if rate else {},
-            }
-            out["throughput_mbps"] = {"ddl": m.throughput_mbps(at, "ddl"),
-                                      "background": m.throughput_mbps(at, "background")}
-            out["queue_delay_us"] = {c: m.delay_percentiles(at, c) for c in ("ddl", "background")}
-            out["marks_drops"] = m.marks_and_drops(at)
-        out["burstiness"] = m.burstiness(log)
-        summaries = [json.loads(p.read_text()) for p in run_dir.glob("queue-s*.summary.json")]
+            rate = run.port_rates.get(neck)
+            table = it.per_iteration(attributed, queue, neck, rate, every)
+            if run.mode == "pcn":
+                table["covered"] = it.covered(table, it.window_intervals(run.events), neck)
+            at = queue[(queue["switch"] == neck[0]) & (queue["port"] == neck[1])]
+            span = (float(queue["ingress_ns"].min()), float(queue["ingress_ns"].max()))
+            out["bottleneck"] = {"switch": neck[0], "port": neck[1], "rate_pps": rate,
+                                 "rate_mbps": rate_mbps(rate) if rate else None}
+            out["iterations"] = {**it.count_check(table, it.expected_iterations(run.iterations, run.jobs, span)),
+                                 **iteration_metrics(table)}
+            out.update(queue_metrics(at, table, every))
+            out["switch_bursts"] = switch_bursts(at, run.jobs)
+        out["burstiness"] = m.burstiness(queue[queue["data"]])
+        summaries = [json.loads(p.read_text()) for p in run.path.glob("queue-s*.summary.json")]
         out["telemetry"] = {"records": sum(s["records"] for s in summaries), "lost": sum(s["lost"] for s in summaries)}
-    out["training"] = training_metrics(run_dir)
-    out["controller"] = controller_metrics(events)
-    if mode != "pcn":  # windows were only planned, never written: coverage says nothing of this run
-        out["controller"].pop("window_coverage", None)
+    out["training"] = training_metrics(run)
+    out["controller"] = controller_metrics(run, table, neck)
     out["queue_full_drops"] = full_queue_drops(run_dir, neck)
-    (run_dir / "metrics.json").write_text(json.dumps(out, indent=1, default=float))
-    if plots and not log.empty and neck is not None:
+    table.to_csv(run.path / "iterations.csv", index=False)
+    (run.path / "metrics.json").write_text(json.dumps(_strict(out), indent=1, allow_nan=False))
+    if plots and neck is not None:
         from pcnlab.experiments.plots import plot_queue
 
-        plot_queue(run_dir / f"queue-{neck[0]}-p{neck[1]}.png", log, neck, bursts, windows_from_events(events),
-                   title=f"{run_dir.name}: {neck[0]} port {neck[1]} ({mode})")
+        windows = it.window_intervals(run.events).to_dict("records")
+        plot_queue(run.path / f"queue-{neck[0]}-p{neck[1]}.png", queue, neck, [], windows,
+                   title=f"{run.name}: {neck[0]} port {neck[1]} ({run.mode})")
     return out
+
+
+def _strict(value):
+    """JSON without NaN or infinities: they become null."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
 
 
 def full_queue_drops(run_dir: Path, neck: tuple[str, int] | None) -> dict:

@@ -54,30 +54,6 @@ def bursts_from_queue_log(log: pd.DataFrame, gap_us: int) -> list[Burst]:
     return sorted(bursts, key=lambda b: b.start_us)
 
 
-def ideal_bct_us(burst_bytes: int, rate_pps: int, frame_bytes: int = 1514) -> float:
-    """B/R: the time the burst alone needs at the port's rate (BMv2 drains packets, so bytes are
-    counted in full frames)."""
-    return math.ceil(burst_bytes / frame_bytes) / rate_pps * 1e6
-
-
-def throughput_mbps(log: pd.DataFrame, traffic_class: str, port: int | None = None) -> float:
-    """Bytes of a class that left the switch over the span they took, in Mbit/s."""
-    rows = log[(log["class"] == traffic_class) & (log["dropped"] == 0)]
-    if port is not None:
-        rows = rows[rows["port"] == port]
-    if len(rows) < 2:
-        return 0.0
-    span = rows["egress_us"].max() - rows["egress_us"].min()
-    return float(rows["packet_length"].sum() * 8 / span) if span > 0 else 0.0
-
-
-def delay_percentiles(log: pd.DataFrame, traffic_class: str, qs=(50, 95, 99)) -> dict[str, float]:
-    rows = log[log["class"] == traffic_class]["queue_delay_us"]
-    if rows.empty:
-        return {}
-    return {f"p{q}": float(np.percentile(rows, q)) for q in qs}
-
-
 def marks_and_drops(log: pd.DataFrame) -> dict[str, dict[str, int]]:
     out = {}
     for cls, rows in log.groupby("class"):

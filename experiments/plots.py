@@ -65,24 +65,18 @@ def _runs_by_mode(paths: list[Path]) -> dict[str, list[dict]]:
 
 
 def plot_sweep(sweep_dir: Path, paths: list[Path]) -> list[Path]:
-    from pcnlab.experiments.analysis import HEADLINE, _dig, bottleneck, load_queue_log
+    from pcnlab.experiments.analysis import HEADLINE, _dig
 
     by_mode = _runs_by_mode(paths)
     written = []
-    # BCT CDF per mode, from every burst of every run of that mode.
+    # BCT CDF per mode, from every iteration of every run of that mode.
     fig, ax = plt.subplots(figsize=(6, 4))
     for mode, runs in by_mode.items():
         bcts = []
         for run in runs:
-            log = load_queue_log(run["path"])
-            neck = bottleneck(log) if not log.empty else None
-            if neck is None:
-                continue
-            import yaml
-
-            gap = int(_dig(yaml.safe_load((run["path"] / "config.yaml").read_text()), "mode.burst_gap_us") or 2000)
-            at = log[(log["switch"] == neck[0]) & (log["port"] == neck[1])]
-            bcts += [b.bct_us / 1000 for b in m.bursts_from_queue_log(at, gap)]
+            table = run["path"] / "iterations.csv"
+            if table.exists() and table.stat().st_size > 0:
+                bcts += list(pd.read_csv(table)["bct_ms"].dropna())
         if bcts:
             xs = np.sort(bcts)
             ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=mode)

@@ -1,63 +1,76 @@
-"""`pcnlab queues RUN`: the switch queue log of a finished run, per port, zoomed on a burst if asked."""
+"""`pcnlab queues RUN`: a run's switch queue log at one port: its DDL iterations (from the run's
+iterations.csv, or measured at the asked port), and the records around iteration N, printed and plotted."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+import pandas as pd
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments import metrics as m
-from pcnlab.experiments.analysis import _dig, bottleneck, load_queue_log, run_dirs, windows_from_events
+from pcnlab.experiments import iterations as it
+from pcnlab.results import RunData, run_folders
 
 
-def show_queues(path: Path, switch: str | None, port: int | None, around_burst: int | None,
+def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
+    saved = run.path / "iterations.csv"
+    neck = run.metrics.get("bottleneck") or {}
+    if saved.exists() and saved.stat().st_size > 0 and (neck.get("switch"), neck.get("port")) == port:
+        return pd.read_csv(saved)
+    attributed = it.attribute(run.queue, run.iterations, run.jobs)
+    return it.per_iteration(attributed, run.queue, port, run.port_rates.get(port), run.telemetry_every)
+
+
+def show_queues(path: Path, switch: str | None, port: int | None, around: int | None,
                 margin_ms: float, rows: int, say=print) -> Path | None:
-    from pcnlab.controller.events import read_events
     from pcnlab.experiments.plots import plot_queue
 
-    runs = run_dirs(path)
+    runs = run_folders(path)
     if len(runs) != 1:
         raise UsageError(f"{path} holds {len(runs)} runs; give one run's folder, e.g. {runs[0]}")
-    run = runs[0]
-    log = load_queue_log(run)
+    run = RunData(runs[0])
+    log = run.queue
     if log.empty:
-        raise UsageError(f"{run} has no queue log (telemetry off, or the run ended before traffic)")
+        raise UsageError(f"{run.path} has no queue log (telemetry off, or the run ended before traffic)")
     say("records per port: " + ", ".join(f"{s} port {p}: {n}" for (s, p), n in log.groupby(["switch", "port"]).size().items()))
-    neck = bottleneck(log)
     if port is None:
-        if neck is None:
-            raise UsageError("no DDL traffic in this queue log: choose a port with --port")
-        switch, port = neck
-    switch = switch or (neck[0] if neck else str(log["switch"].iloc[0]))
+        neck = run.metrics.get("bottleneck") or {}
+        if not neck:
+            found = it.bottleneck(it.attribute(log, run.iterations, run.jobs))
+            if found is None:
+                raise UsageError("no DDL iterations in this queue log: choose a port with --port")
+            neck = {"switch": found[0], "port": found[1]}
+        switch, port = switch or neck["switch"], int(neck["port"])
+    switch = switch or str(log["switch"].iloc[0])
     at = log[(log["switch"] == switch) & (log["port"] == port)]
     if at.empty:
         raise UsageError(f"no records for {switch} port {port}; ports with records: "
                          f"{sorted(set(zip(log['switch'], log['port'])))}")
-    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
-    bursts = m.bursts_from_queue_log(at, int(_dig(config, "mode.burst_gap_us") or 2000))
-    say(f"{switch} port {port}: {len(at)} records, {len(bursts)} DDL bursts")
-    for i, b in enumerate(bursts[:50]):
-        say(f"  burst {i}: start {b.start_us / 1e6:.3f} s, {b.packets} pkts, start queue {b.start_queue}, "
-            f"max queue {b.max_queue}, BCT {b.bct_us / 1000:.2f} ms")
-    if around_burst is None:
+    table = _iterations_at(run, (switch, port))
+    say(f"{switch} port {port}: {len(at)} records, {len(table)} DDL iterations")
+    for r in table.head(50).itertuples():
+        say(f"  iteration {r.iteration} (job {r.job}): start {r.first_in_us / 1e6:.3f} s, {r.packets} pkts, "
+            f"start queue {r.start_queue}, max queue {r.max_queue}, BCT {r.bct_ms:.1f} ms")
+    if around is None:
         return None
-    if not 0 <= around_burst < len(bursts):
-        raise UsageError(f"--around-burst {around_burst}: this port has bursts 0..{len(bursts) - 1}")
-    burst = bursts[around_burst]
+    chosen = table[table["iteration"] == around]
+    if chosen.empty:
+        have = f"{table['iteration'].min()}..{table['iteration'].max()}" if len(table) else "none"
+        raise UsageError(f"--around-iteration {around}: this port saw iterations {have}")
+    first, last = int(chosen["first_in_us"].min()), int(chosen["last_out_us"].max())
     margin = int(margin_ms * 1000)
-    span = (burst.start_us - margin, burst.end_us + margin)
+    span = (first - margin, last + margin)
     near = at[(at["ingress_us"] >= span[0]) & (at["ingress_us"] < span[1])]
-    say(f"{'t (ms)':>9} {'class':10} {'job':>3} {'enq':>4} {'deq':>4} {'delay us':>9} flags")
+    say(f"{'t (ms)':>9} {'class':10} {'job':>3} {'src':>5} {'bytes':>5} {'enq':>4} {'deq':>4} {'delay us':>9} flags")
     for _, r in near.head(rows).iterrows():
         flags = ",".join(f for f in ("marked", "dropped", "burst_start", "in_window") if r[f])
-        say(f"{(r['ingress_us'] - burst.start_us) / 1000:9.3f} {r['class']:10} {r['job']:>3} {r['enq_qdepth']:>4} "
-            f"{r['deq_qdepth']:>4} {r['queue_delay_us']:>9} {flags}")
+        say(f"{(r['ingress_us'] - first) / 1000:9.3f} {r['class']:10} {r['job']:>3} {str(r['src']):>5} "
+            f"{r.get('payload_bytes', 0):>5} {r['enq_qdepth']:>4} {r['deq_qdepth']:>4} {r['queue_delay_us']:>9} {flags}")
     if len(near) > rows:
         say(f"  ... {len(near) - rows} more rows (--rows)")
-    events = read_events(run / "events.jsonl") if (run / "events.jsonl").exists() else []
-    out = run / f"queue-{switch}-p{port}-burst{around_burst}.png"
-    plot_queue(out, log, (switch, port), bursts, windows_from_events(events), span_us=span,
-               title=f"{run.name}: burst {around_burst} on {switch} port {port}")
+    out = run.path / f"queue-{switch}-p{port}-iteration{around}.png"
+    windows = it.window_intervals(run.events).to_dict("records")
+    plot_queue(out, log, (switch, port), [], windows, span_us=span,
+               title=f"{run.name}: iteration {around} on {switch} port {port}")
     say(f"plot: {out}")
     return out

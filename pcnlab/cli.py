@@ -90,7 +90,7 @@ def _cmd_report(args) -> int:
 def _cmd_queues(args) -> int:
     from pcnlab.experiments.queues import show_queues
 
-    show_queues(Path(args.dir), args.switch, args.port, args.around_burst, args.margin_ms, args.rows)
+    show_queues(Path(args.dir), args.switch, args.port, args.around_iteration, args.margin_ms, args.rows)
     return 0
 
 
@@ -133,11 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("queues", help="a run's switch queue log, zoomed on a burst")
+    p = sub.add_parser("queues", help="a run's switch queue log, zoomed on an iteration")
     p.add_argument("dir", help="a run folder")
     p.add_argument("--switch", help="switch (default: the bottleneck's)")
     p.add_argument("--port", type=int, help="port (default: where DDL queued most)")
-    p.add_argument("--around-burst", type=int, help="print and plot the records around burst N")
+    p.add_argument("--around-iteration", type=int, help="print and plot the records around DDL iteration N")
     p.add_argument("--margin-ms", type=float, default=20.0, help="how much before and after the burst (ms)")
     p.add_argument("--rows", type=int, default=60, help="rows to print at most")
     p.set_defaults(func=_cmd_queues)

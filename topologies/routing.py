@@ -59,6 +59,11 @@ def rate_pps(mbps: float, frame_bytes: int = FRAME_BYTES) -> int:
     return max(1, round(mbps * 1e6 / (8 * frame_bytes)))
 
 
+def rate_mbps(pps: float, frame_bytes: int = FRAME_BYTES) -> float:
+    """The link rate a BMv2 queue rate stands for (the inverse of rate_pps)."""
+    return pps * 8 * frame_bytes / 1e6
+
+
 def port_queues(topo: Topo, switch: str) -> list[PortQueue]:
     """The egress queue of each of the switch's ports, from the options of the link behind it."""
     queues = []

@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcnlab.experiments.metrics import (bursts_from_queue_log, burstiness, ideal_bct_us, marks_and_drops,
-                                        max_backlog, mean_ci95, peak_to_mean, throughput_mbps)
+from pcnlab.experiments.iterations import ideal_bct_us
+from pcnlab.experiments.metrics import (bursts_from_queue_log, burstiness, marks_and_drops, max_backlog, mean_ci95,
+                                        peak_to_mean)
 
 
 def _log(rows):
@@ -38,10 +39,9 @@ def test_ideal_bct_counts_full_frames_at_the_port_rate():
     assert ideal_bct_us(15140, rate_pps=1000) == pytest.approx(10_000)
 
 
-def test_throughput_and_marks():
+def test_marks():
     rows = [(1, "background", 0, i * 1000, i * 1000 + 10, 0, 1250, i % 2, 0, 5) for i in range(11)]
     log = _log(rows)
-    assert throughput_mbps(log, "background") == pytest.approx(11 * 1250 * 8 / 10_000)
     assert marks_and_drops(log)["background"] == {"packets": 11, "marked": 5, "dropped": 0}
 
 

@@ -1,0 +1,192 @@
+"""DDL iterations as the switches saw them, measured against the workers' own logs (the truth).
+
+Every DDL data packet (an L4 payload: pure ACKs are not data) in the queue log is attributed to its
+job, its worker and its iteration: the worker is the packet's source host when that host is one of the
+job's workers, else its destination (a PS's answer); the iteration is the worker's last one whose
+communication had started (`comm_start_ns`, host clock) when the packet reached the switch (the queue
+log's times mapped onto the host clock: pcnlab.results.SwitchClock). A worker cannot send iteration
+k + 1 before it starts it, nor iteration k after, so the attribution needs no guess about gaps.
+
+Per iteration at a port, as the PCN paper defines them: the start queue (the queue the iteration's
+first data packet met), the max queue, the BCT (first data packet in to last out, all workers), B/R,
+the DDL throughput during the burst (bytes over BCT) and the background's throughput meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from pcnlab.topologies.routing import FRAME_BYTES
+
+ITERATION_COLUMNS = ("job", "iteration", "workers", "first_in_us", "last_out_us", "first_in_ns", "start_queue",
+                     "max_queue", "packets", "bytes", "bct_ms", "ideal_ms", "ddl_mbps", "background_mbps")
+
+
+def ideal_bct_us(burst_bytes: float, rate_pps: float) -> float:
+    """B/R: the time the burst alone needs at the port's rate (BMv2 drains packets, so bytes are
+    counted in full frames)."""
+    return math.ceil(burst_bytes / FRAME_BYTES) / rate_pps * 1e6
+
+
+def worker_starts(iterations: pd.DataFrame, jobs: dict[int, dict]) -> pd.DataFrame:
+    """(job id, worker host, iteration, comm_start_ns) of every worker's iteration, from its log."""
+    if iterations.empty:
+        return pd.DataFrame(columns=["job_id", "worker", "iteration", "comm_start_ns"])
+    ids = {j["name"]: jid for jid, j in jobs.items()}
+    w = iterations[(iterations["role"] == "worker") & iterations["job"].isin(ids)]
+    return pd.DataFrame({"job_id": w["job"].map(ids).astype(int), "worker": w["host"],
+                         "iteration": w["iter"].astype(int),
+                         "comm_start_ns": w["comm_start_ns"].astype(np.float64)})
+
+
+def attribute(queue: pd.DataFrame, iterations: pd.DataFrame, jobs: dict[int, dict]) -> pd.DataFrame:
+    """The queue log's DDL data packets, each with its `worker` and `iteration` (rows before a worker's
+    first iteration, e.g. its handshake, get none and are left out)."""
+    ddl = queue[(queue["class"] == "ddl") & queue["data"] & (queue["dropped"] == 0)].copy()
+    starts = worker_starts(iterations, jobs)
+    if ddl.empty or starts.empty:
+        return ddl.iloc[0:0].assign(worker=[], iteration=[])
+    workers = {jid: set(j.get("workers") or ()) for jid, j in jobs.items()}
+    src_is_worker = [s in workers.get(j, ()) for s, j in zip(ddl["src"], ddl["job"])]
+    ddl["worker"] = np.where(src_is_worker, ddl["src"], ddl["dst"])
+    ddl["job_id"] = ddl["job"].astype(int)
+    ddl = ddl.sort_values("ingress_ns")
+    starts = starts.sort_values("comm_start_ns")
+    merged = pd.merge_asof(ddl, starts, left_on="ingress_ns", right_on="comm_start_ns", by=["job_id", "worker"],
+                           direction="backward")
+    merged = merged[merged["iteration"].notna()].copy()
+    merged["iteration"] = merged["iteration"].astype(int)
+    return merged.drop(columns=["job_id", "comm_start_ns"])
+
+
+def per_iteration(attributed: pd.DataFrame, queue: pd.DataFrame, port: tuple[str, int], rate_pps: float | None,
+                  every: int = 1) -> pd.DataFrame:
+    """One row per (job, iteration) with data packets at `port`; times in that switch's clock.
+    With telemetry sampling 1 in `every`, packet and byte counts are scaled by it."""
+    at = attributed[(attributed["switch"] == port[0]) & (attributed["port"] == port[1])]
+    if at.empty:
+        return pd.DataFrame(columns=ITERATION_COLUMNS)
+    background = queue[(queue["switch"] == port[0]) & (queue["port"] == port[1]) & (queue["class"] == "background")
+                       & (queue["dropped"] == 0)].sort_values("egress_us")
+    bg_t = background["egress_us"].to_numpy()
+    bg_bytes = np.concatenate([[0], np.cumsum(background["packet_length"].to_numpy())])
+    rows = []
+    for (job, it), part in at.groupby(["job", "iteration"], sort=True):
+        part = part.sort_values(["ingress_us", "seq"])
+        first_in, last_out = int(part["ingress_us"].iloc[0]), int(part["egress_us"].max())
+        bct_us = max(last_out - first_in, 1)
+        nbytes = int(part["packet_length"].sum()) * every
+        lo, hi = np.searchsorted(bg_t, first_in), np.searchsorted(bg_t, last_out, side="right")
+        rows.append({
+            "job": int(job), "iteration": int(it), "workers": int(part["worker"].nunique()),
+            "first_in_us": first_in, "last_out_us": last_out, "first_in_ns": int(part["ingress_ns"].iloc[0]),
+            "start_queue": int(part["enq_qdepth"].iloc[0]), "max_queue": int(part["enq_qdepth"].max()),
+            "packets": len(part) * every, "bytes": nbytes, "bct_ms": bct_us / 1000,
+            "ideal_ms": ideal_bct_us(nbytes, rate_pps) / 1000 if rate_pps else float("nan"),
+            "ddl_mbps": nbytes * 8 / bct_us,
+            "background_mbps": float(bg_bytes[hi] - bg_bytes[lo]) * every * 8 / bct_us,
+        })
+    return pd.DataFrame(rows, columns=ITERATION_COLUMNS)
+
+
+def bottleneck(attributed: pd.DataFrame) -> tuple[str, int] | None:
+    """The port where the iterations' data packets met the deepest queue (95th percentile): where the
+    paper's metrics are taken."""
+    if attributed.empty:
+        return None
+    deepest = attributed.groupby(["switch", "port"])["enq_qdepth"].quantile(0.95).idxmax()
+    return str(deepest[0]), int(deepest[1])
+
+
+def expected_iterations(iterations: pd.DataFrame, jobs: dict[int, dict], span_ns: tuple[float, float]
+                        ) -> dict[int, int]:
+    """Per job: the iterations the workers logged whose communication began inside the queue log's span."""
+    starts = worker_starts(iterations, jobs)
+    inside = starts[(starts["comm_start_ns"] >= span_ns[0]) & (starts["comm_start_ns"] <= span_ns[1])]
+    return {int(j): int(g["iteration"].nunique()) for j, g in inside.groupby("job_id")}
+
+
+def count_check(table: pd.DataFrame, expected: dict[int, int]) -> dict:
+    """The iterations seen at the bottleneck against the workers' logs: equal but for the cut ends."""
+    seen = {int(j): int(g["iteration"].nunique()) for j, g in table.groupby("job")} if not table.empty else {}
+    notes = []
+    for job in sorted(set(seen) | set(expected)):
+        s, e = seen.get(job, 0), expected.get(job, 0)
+        if abs(s - e) > 1:
+            notes.append(f"job {job}: {s} iterations at the bottleneck, {e} in the workers' logs")
+    return {"count": sum(seen.values()), "expected": sum(expected.values()), "consistent": not notes,
+            "note": "; ".join(notes)}
+
+
+def window_intervals(events: pd.DataFrame) -> pd.DataFrame:
+    """Every pre-drain window the controller wrote: switch, port, job, start_us, end_us (switch clock),
+    armed_ns and removed_ns (host clock; removed_ns NaN if it was left to expire)."""
+    cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns"]
+    if events.empty or "event" not in events:
+        return pd.DataFrame(columns=cols)
+    arms = events[events["event"] == "arm"]
+    if arms.empty:
+        return pd.DataFrame(columns=cols)
+    out = arms[["switch", "port", "job", "start_us", "end_us", "host_ns"]].rename(columns={"host_ns": "armed_ns"})
+    out = out.astype({"port": int, "job": int, "start_us": np.int64, "end_us": np.int64})
+    removed = events[events["event"] == "disarm"]
+    keyed = {(r.switch, int(r.port), int(r.start_us), int(r.end_us)): r.host_ns for r in removed.itertuples()}
+    out["removed_ns"] = [keyed.get((r.switch, r.port, r.start_us, r.end_us), np.nan) for r in out.itertuples()]
+    return out.reset_index(drop=True)
+
+
+def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -> pd.Series:
+    """Per iteration: its first data packet at `port` arrived inside a window of that port that had
+    been written before it and not yet removed."""
+    w = windows[(windows["switch"] == port[0]) & (windows["port"] == port[1])]
+    flags = []
+    for r in table.itertuples():
+        inside = w[(w["start_us"] <= r.first_in_us) & (r.first_in_us < w["end_us"]) & (w["armed_ns"] <= r.first_in_ns)
+                   & ~(w["removed_ns"] <= r.first_in_ns)]
+        flags.append(not inside.empty)
+    return pd.Series(flags, index=table.index, dtype=bool)
+
+
+def open_share(windows: pd.DataFrame, port: tuple[str, int], clock, span_us: tuple[int, int]) -> float:
+    """The share of `span_us` (switch clock) during which a written window of `port` was open."""
+    w = windows[(windows["switch"] == port[0]) & (windows["port"] == port[1])]
+    if w.empty or span_us[1] <= span_us[0]:
+        return 0.0
+    armed = clock.to_switch_us(w["armed_ns"].to_numpy())
+    removed = clock.to_switch_us(w["removed_ns"].fillna(np.inf).to_numpy())
+    begin = np.maximum(np.maximum(w["start_us"].to_numpy(), armed), span_us[0])
+    end = np.minimum(np.minimum(w["end_us"].to_numpy(), removed), span_us[1])
+    total, reach = 0.0, -np.inf
+    for b, e in sorted(zip(begin, end)):
+        if e <= b:
+            continue
+        if b >= reach:
+            total += e - b
+        elif e > reach:
+            total += e - reach
+        reach = max(reach, e)
+    return total / (span_us[1] - span_us[0])
+
+
+def prediction_errors(table: pd.DataFrame, events: pd.DataFrame, port: tuple[str, int]) -> list[float]:
+    """Per iteration with a prediction: true start (its first data packet at `port`) minus the start the
+    controller last predicted for that port and job before it, in µs."""
+    if events.empty or "event" not in events:
+        return []
+    pred = events[(events["event"] == "prediction") & (events["switch"] == port[0]) & (events["port"] == port[1])]
+    if pred.empty or table.empty:
+        return []
+    pred = pred.sort_values("host_ns")
+    out = []
+    for job, rows in table.groupby("job"):
+        p = pred[pred["job"] == job]
+        if p.empty:
+            continue
+        idx = np.searchsorted(p["host_ns"].to_numpy(), rows["first_in_ns"].to_numpy(), side="left") - 1
+        for i, first in zip(idx, rows["first_in_us"]):
+            if i >= 0:
+                out.append(float(first - p["next_start_us"].iloc[i]))
+    return out

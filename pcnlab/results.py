@@ -1,0 +1,265 @@
+"""A run folder as data: `pcnlab.results` is how metrics, reports, plots and notebooks read results.
+
+    from pcnlab.results import load_run, load_experiment
+    run = load_run("results/pcn-paper/latest/mode=pcn,rep=1")
+    run.queue          # the switch queue logs (every switch), with host-clock times and host names
+    run.iterations     # every worker's and PS's iteration records, one row each
+    run.events         # the controller's event log
+    run.flows          # the background flows' throughput intervals
+    run.config, run.metrics, run.status, run.network
+    load_experiment("results/pcn-paper")   # every run of its latest sweep, and a table of their metrics
+
+Every time is on one clock: the host's monotonic clock in nanoseconds (`time.monotonic_ns()`), which
+every Mininet host, every workload log, the controller's events and the queue log collector share.
+Switch times (µs since that switch started) are mapped onto it per switch from the collector's own
+stamps: a telemetry clone reaches the collector right after its packet left the switch, so the lower
+envelope of host_ns - egress_us x 1000 is the switch's offset (`SwitchClock`). Each row also keeps its
+switch-clock times. Reading never changes a run folder and never re-runs anything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from pcnlab.errors import UsageError
+
+CLOCK_WINDOW_US = 1_000_000   # the lower envelope is taken per second of switch time
+
+
+@dataclass(frozen=True)
+class SwitchClock:
+    """host_ns = offset_ns + drift x (switch_us x 1000) + switch_us x 1000, fitted on the lower envelope
+    of the collector's stamps. `error_us`: how far the envelope's points lie from the line."""
+
+    switch: str
+    offset_ns: float
+    drift: float = 0.0
+    error_us: float = 0.0
+    points: int = 0
+
+    def to_host_ns(self, switch_us):
+        t = np.asarray(switch_us, dtype=np.float64) * 1000.0
+        return self.offset_ns + t * (1.0 + self.drift)
+
+    def to_switch_us(self, host_ns):
+        return (np.asarray(host_ns, dtype=np.float64) - self.offset_ns) / (1.0 + self.drift) / 1000.0
+
+    @classmethod
+    def fit(cls, switch: str, host_ns: np.ndarray, egress_us: np.ndarray) -> "SwitchClock":
+        host_ns = np.asarray(host_ns, dtype=np.float64)
+        egress_us = np.asarray(egress_us, dtype=np.float64)
+        delay = host_ns - egress_us * 1000.0
+        if len(delay) == 0:
+            return cls(switch, 0.0)
+        windows = (egress_us // CLOCK_WINDOW_US).astype(np.int64)
+        frame = pd.DataFrame({"w": windows, "d": delay, "t": egress_us * 1000.0})
+        low = frame.loc[frame.groupby("w")["d"].idxmin()]
+        if len(low) < 3:
+            return cls(switch, float(delay.min()), 0.0, 0.0, len(low))
+        slope, intercept = np.polyfit(low["t"], low["d"], 1)
+        # The envelope is a floor: shift the line down onto its lowest point.
+        residual = low["d"] - (intercept + slope * low["t"])
+        intercept += residual.min()
+        residual = residual - residual.min()
+        return cls(switch, float(intercept), float(slope), float(residual.max() / 1000.0), len(low))
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """JSON lines; a torn last line (a killed writer) is skipped."""
+    out = []
+    with open(path) as handle:
+        for line in handle:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def _host_names(network: dict) -> dict[int, str]:
+    """Host number (the low 16 bits of its IPv4 address, as the telemetry record carries it) -> name."""
+    out = {}
+    for name, info in (network.get("hosts") or {}).items():
+        a, b, c, d = (int(x) for x in info["ip"].split("."))
+        out[(c << 8) | d] = name
+    return out
+
+
+@dataclass
+class RunData:
+    """One run folder, read lazily: each table is loaded the first time it is asked for."""
+
+    path: Path
+
+    # --- small files ---------------------------------------------------------------------------
+
+    def _json(self, name: str, default):
+        p = self.path / name
+        return json.loads(p.read_text()) if p.exists() else default
+
+    @cached_property
+    def config(self) -> dict:
+        p = self.path / "config.yaml"
+        if not p.exists():
+            return {}
+        return yaml.safe_load(p.read_text()) or {}
+
+    @cached_property
+    def status(self) -> dict:
+        return self._json("status.json", {})
+
+    @cached_property
+    def metrics(self) -> dict:
+        return self._json("metrics.json", {})
+
+    @cached_property
+    def network(self) -> dict:
+        return self._json("network.json", {})
+
+    @cached_property
+    def fidelity(self) -> dict:
+        return self._json("fidelity.json", {})
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def mode(self) -> str:
+        return (self.config.get("mode") or {}).get("kind", "?")
+
+    @cached_property
+    def port_rates(self) -> dict[tuple[str, int], int]:
+        """(switch, port) -> its queue's configured drain rate, packets/s."""
+        return {(ep["name"], q["port"]): q["rate_pps"] for ep in self._json("endpoints.json", [])
+                for q in ep["queues"] if q.get("rate_pps")}
+
+    @cached_property
+    def jobs(self) -> dict[int, dict]:
+        """Data-plane job id -> the job's resolved configuration."""
+        return {int(j["id"]): j for j in self.config.get("jobs") or []}
+
+    # --- the queue log ---------------------------------------------------------------------------
+
+    @cached_property
+    def clocks(self) -> dict[str, SwitchClock]:
+        raw = self._raw_queue
+        if raw.empty:
+            return {}
+        return {sw: SwitchClock.fit(sw, rows["host_ns"].to_numpy(), rows["egress_us"].to_numpy())
+                for sw, rows in raw.groupby("switch")}
+
+    @cached_property
+    def _raw_queue(self) -> pd.DataFrame:
+        parts = []
+        for p in sorted(self.path.glob("queue-s*.csv")):
+            if p.stat().st_size == 0:
+                continue
+            frame = pd.read_csv(p)
+            if not frame.empty:
+                parts.append(frame)
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+    @cached_property
+    def queue(self) -> pd.DataFrame:
+        """Every telemetry record of every switch, with `ingress_ns`/`egress_ns` (host clock), `src` and
+        `dst` (host names) and `data` (an L4 payload: not a pure ACK), sorted by ingress time."""
+        raw = self._raw_queue
+        if raw.empty:
+            return raw
+        out = raw.copy()
+        out["ingress_ns"] = np.zeros(len(out))
+        out["egress_ns"] = np.zeros(len(out))
+        for sw, clock in self.clocks.items():
+            rows = out["switch"] == sw
+            out.loc[rows, "ingress_ns"] = clock.to_host_ns(out.loc[rows, "ingress_us"])
+            out.loc[rows, "egress_ns"] = clock.to_host_ns(out.loc[rows, "egress_us"])
+        names = _host_names(self.network)
+        if "src_host" in out:
+            out["src"] = out["src_host"].map(names)
+            out["dst"] = out["dst_host"].map(names)
+            out["data"] = out["payload_bytes"] > 0
+        else:  # a queue log from before records carried hosts and payloads
+            out["src"] = out["dst"] = None
+            out["data"] = True
+        return out.sort_values(["ingress_ns", "seq"], kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def telemetry_every(self) -> int:
+        return int((self.config.get("telemetry") or {}).get("every") or 1)
+
+    # --- workload logs ---------------------------------------------------------------------------
+
+    @cached_property
+    def iterations(self) -> pd.DataFrame:
+        """One row per iteration record of every process of every job: job, role (worker | ps), rank,
+        host, iter, and the record's own fields (comm_start_ns, comm_end_ns, bytes_sent, loss, ...)."""
+        rows = []
+        for log in sorted(self.path.glob("jobs/*/*.jsonl")):
+            records = read_json_lines(log)
+            anchor = next((r for r in records if r.get("type") == "anchor"), {})
+            for rec in records:
+                if rec.get("type") == "iteration":
+                    rows.append({"job": anchor.get("job", log.parent.name), "role": anchor.get("role"),
+                                 "rank": anchor.get("rank"), "host": anchor.get("host"), **rec})
+        frame = pd.DataFrame(rows)
+        return frame.drop(columns=["type"]) if not frame.empty else frame
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        """The controller's events (events.jsonl): `event`, `host_ns` and each event's fields."""
+        p = self.path / "events.jsonl"
+        return pd.DataFrame(read_json_lines(p)) if p.exists() else pd.DataFrame()
+
+    @cached_property
+    def flows(self) -> pd.DataFrame:
+        """Background flows' receiver intervals: flow, start_ns, end_ns, bytes, mbps."""
+        rows = []
+        for log in sorted(self.path.glob("flows/*.receiver.jsonl")):
+            flow = log.name[: -len(".receiver.jsonl")]
+            rows += [{"flow": flow, **r} for r in read_json_lines(log) if r.get("type") == "interval"]
+        frame = pd.DataFrame(rows)
+        return frame.drop(columns=["type"]) if not frame.empty else frame
+
+
+def run_folders(path: Path | str) -> list[Path]:
+    """The run folders under `path`: a run folder, a sweep folder, or an experiment folder (its latest)."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path} does not exist; give a results folder, e.g. results/smoke/latest")
+    if (path / "status.json").exists():
+        return [path]
+    if (path / "latest").exists():
+        path = path / "latest"
+    found = sorted(p.parent for p in path.glob("*/status.json"))
+    if not found:
+        raise UsageError(f"no runs under {path}; give results/<experiment>/latest or a run folder")
+    return found
+
+
+def load_run(path: Path | str) -> RunData:
+    path = Path(path)
+    if not (path / "status.json").exists():
+        raise UsageError(f"{path} is not a run folder (no status.json); give results/<experiment>/latest/<run>")
+    return RunData(path)
+
+
+def load_experiment(path: Path | str) -> tuple[list[RunData], pd.DataFrame]:
+    """Every run under `path`, and one row per run of its status, sweep values and flattened metrics
+    (dotted keys, e.g. `iterations.start_queue_pkts.mean`)."""
+    runs = [RunData(p) for p in run_folders(path)]
+    rows = []
+    for run in runs:
+        row = {"run": run.name, "status": run.status.get("status"), "mode": run.mode,
+               "trusted": run.fidelity.get("trusted")}
+        row.update({f"sweep.{k}": v for k, v in (run.config.get("sweep") or {}).items()})
+        row.update(pd.json_normalize(run.metrics, sep=".").iloc[0].to_dict() if run.metrics else {})
+        rows.append(row)
+    return runs, pd.DataFrame(rows)

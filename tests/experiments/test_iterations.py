@@ -1,0 +1,150 @@
+"""Per-iteration metrics on a hand-made run folder whose answers are known: the queue log, the workers'
+logs, the network description and the controller's events are written here, then read back through
+pcnlab.results and measured by experiments/iterations.py and analyse_run."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from pcnlab.controller.telemetry import COLUMNS
+from pcnlab.experiments import iterations as it
+from pcnlab.experiments.analysis import analyse_run
+from pcnlab.results import SwitchClock, load_run
+
+OFFSET_NS = 5_000_000_000      # host clock = switch clock + this (plus the collector's delay)
+PORT = 3                       # s1's port towards the PS h3
+RATE_PPS = 1000                # 1 ms a packet
+ITER_US = (100_000, 300_000, 500_000)   # each iteration starts here (switch clock)
+
+
+def _row(seq, t_in, t_out, cls, src, dst, enq, payload, length=1514, delay_ns=20_000, job=None):
+    return {"host_ns": OFFSET_NS + t_out * 1000 + delay_ns, "switch": "s1", "seq": seq, "port": PORT,
+            "class": cls, "job": job if job is not None else (1 if cls == "ddl" else 0), "ingress_us": t_in,
+            "egress_us": t_out, "enq_qdepth": enq, "deq_qdepth": max(enq - 1, 0), "queue_delay_us": t_out - t_in,
+            "packet_length": length, "payload_bytes": payload, "src_host": src, "dst_host": dst, "marked": 0,
+            "dropped": 0, "burst_start": 0, "in_window": 0, "ect": 1}
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """Three iterations of a two-worker job (h1, h2 -> PS h3) through s1 port 3, behind background from
+    h4; each iteration: 5 data packets per worker, 1 ms apart, plus pure ACKs that must not count."""
+    run = tmp_path / "mode=pcn"
+    run.mkdir()
+    rows, seq = [], 0
+    # Background throughout: one packet every 2 ms, 1000 bytes.
+    for t in range(0, 700_000, 2000):
+        rows.append(_row(seq, t, t + 500, "background", 4, 3, 10, 946, length=1000, delay_ns=20_000 + t % 7000))
+        seq += 1
+    expected = []
+    for k, start in enumerate(ITER_US):
+        queue_at = [20 - 5 * k + i for i in range(10)]   # the queue each data packet meets: start 20, 15, 10
+        first_in = start + 300                            # the first packet reaches the switch 300 us in
+        for i in range(10):
+            src = 1 if i % 2 == 0 else 2
+            t_in = first_in + i * 1000
+            rows.append(_row(seq, t_in, t_in + 40_000, "ddl", src, 3, queue_at[i], 1448))
+            seq += 1
+        rows.append(_row(seq, first_in - 100, first_in + 39_000, "ddl", 1, 3, 99, 0, length=66))  # an ACK
+        seq += 1
+        expected.append({"start_queue": queue_at[0], "max_queue": max(queue_at), "first_in": first_in,
+                         "last_out": first_in + 9 * 1000 + 40_000})
+    rows.sort(key=lambda r: r["ingress_us"])
+    with open(run / "queue-s1.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (run / "queue-s1.summary.json").write_text(json.dumps({"switch": "s1", "records": len(rows), "lost": 0}))
+    hosts = {f"h{n}": {"ip": f"10.0.0.{n}"} for n in range(1, 5)}
+    (run / "network.json").write_text(json.dumps({"hosts": hosts}))
+    (run / "endpoints.json").write_text(json.dumps([{"name": "s1", "queues": [{"port": PORT, "rate_pps": RATE_PPS}]}]))
+    (run / "status.json").write_text(json.dumps({"status": "finished"}))
+    config = {"run": "mode=pcn", "sweep": {"mode": "pcn"}, "mode": {"kind": "pcn", "K": 40, "K_pre": 10},
+              "telemetry": {"every": 1},
+              "jobs": [{"id": 1, "name": "gen", "kind": "generator", "ps": ["h3"], "workers": ["h1", "h2"],
+                        "burst_gap_us": 10_000}]}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    jobs = run / "jobs" / "gen"
+    jobs.mkdir(parents=True)
+    for rank, host in enumerate(("h1", "h2")):
+        lines = [{"type": "anchor", "job": "gen", "role": "worker", "rank": rank, "host": host}]
+        for k, start in enumerate(ITER_US):
+            comm = OFFSET_NS + start * 1000   # the worker starts sending at `start`
+            lines.append({"type": "iteration", "iter": k, "compute_start_ns": comm - 1000, "comm_start_ns": comm,
+                          "comm_end_ns": comm + 60_000_000})
+        (jobs / f"worker{rank}-{host}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    # The controller armed a window before iterations 1 and 2; the one for iteration 2 opens too late.
+    events = [{"event": "anchor", "host_ns": 0},
+              {"event": "arm", "host_ns": OFFSET_NS + 250_000_000, "switch": "s1", "port": PORT, "job": 1,
+               "start_us": 290_000, "end_us": 310_000, "write_ms": 1.0},
+              {"event": "arm", "host_ns": OFFSET_NS + 450_000_000, "switch": "s1", "port": PORT, "job": 1,
+               "start_us": 500_400, "end_us": 520_000, "write_ms": 1.0}]
+    (run / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    return run, expected
+
+
+def test_switch_clock_is_the_lower_envelope_of_the_collector_stamps():
+    egress = pd.Series(range(0, 5_000_000, 1000))
+    delay = 20_000 + (egress % 7) * 3000           # the collector's delay: 20 us at best
+    clock = SwitchClock.fit("s1", (OFFSET_NS + egress * 1000 + delay).to_numpy(), egress.to_numpy())
+    assert clock.to_host_ns(1_000_000) == pytest.approx(OFFSET_NS + 1_000_000_000 + 20_000, abs=1000)
+    assert clock.error_us < 1 and clock.to_switch_us(clock.to_host_ns(123_456)) == pytest.approx(123_456)
+
+
+def test_iterations_at_the_bottleneck_have_the_known_answers(run_dir):
+    path, expected = run_dir
+    run = load_run(path)
+    attributed = it.attribute(run.queue, run.iterations, run.jobs)
+    assert (attributed["payload_bytes"] > 0).all()           # the ACKs are not data
+    assert it.bottleneck(attributed) == ("s1", PORT)
+    table = it.per_iteration(attributed, run.queue, ("s1", PORT), RATE_PPS)
+    assert list(table["iteration"]) == [0, 1, 2] and list(table["workers"]) == [2, 2, 2]
+    for row, want in zip(table.itertuples(), expected):
+        assert row.start_queue == want["start_queue"] and row.max_queue == want["max_queue"]
+        assert row.first_in_us == want["first_in"] and row.last_out_us == want["last_out"]
+        assert row.packets == 10 and row.bytes == 10 * 1514
+        bct_us = want["last_out"] - want["first_in"]
+        assert row.bct_ms == pytest.approx(bct_us / 1000)
+        assert row.ideal_ms == pytest.approx(10.0)              # 10 frames at 1000 packets/s
+        assert row.ddl_mbps == pytest.approx(10 * 1514 * 8 / bct_us)
+        # Background: 1000 bytes every 2 ms leaves the port (500 us after arrival) inside the BCT.
+        inside = sum(1 for t in range(0, 700_000, 2000) if want["first_in"] <= t + 500 <= want["last_out"])
+        assert row.background_mbps == pytest.approx(inside * 1000 * 8 / bct_us)
+
+
+def test_coverage_counts_only_windows_written_before_the_first_packet(run_dir):
+    path, _ = run_dir
+    metrics = analyse_run(path, plots=False)
+    table = pd.read_csv(path / "iterations.csv")
+    # Iteration 0: no window; 1: window [290, 310) ms armed at 250 ms holds 300.3 ms; 2: its window
+    # opens at 500.4 ms, after the first packet (500.3 ms).
+    assert list(table["covered"]) == [False, True, False]
+    assert metrics["controller"]["iteration_coverage"] == pytest.approx(1 / 3)
+    span_us = 698_000   # the port's first and last arrival: background at 0 and 698 ms
+    assert metrics["controller"]["window_open_share"] == pytest.approx((20_000 + 19_600) / span_us, rel=1e-3)
+    assert metrics["iterations"]["count"] == metrics["iterations"]["expected"] == 3
+    assert metrics["iterations"]["consistent"]
+    assert metrics["iterations"]["start_queue_pkts"]["mean"] == pytest.approx(15)
+    text = (path / "metrics.json").read_text()
+    assert "NaN" not in text and json.loads(text)["bottleneck"]["rate_pps"] == RATE_PPS
+
+
+def test_a_missing_iteration_at_the_bottleneck_is_reported(run_dir):
+    path, _ = run_dir
+    rows = list(csv.DictReader(open(path / "queue-s1.csv")))
+    kept = [r for r in rows if not (r["class"] == "ddl" and 300_000 <= int(r["ingress_us"]) < 400_000)]
+    with open(path / "queue-s1.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(kept)
+    metrics = analyse_run(path, plots=False)
+    # 2 seen of 3 is within the cut ends' tolerance; the note appears only beyond it.
+    assert metrics["iterations"]["count"] == 2 and metrics["iterations"]["expected"] == 3
+    assert it.count_check(pd.DataFrame({"job": [1], "iteration": [0]}), {1: 3}) == {
+        "count": 1, "expected": 3, "consistent": False,
+        "note": "job 1: 1 iterations at the bottleneck, 3 in the workers' logs"}
