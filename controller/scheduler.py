@@ -1,5 +1,8 @@
 """PCN's scheduler on the controller's loop: burst-start digests in, pre-drain windows out.
 
+Every digest is logged as a `report` with what it was to the core: an iteration start (first,
+learning, match, missed, spurious, refit, resync, ...) or a `sub-burst` of an iteration under way.
+
 The pure core (predictor.py, windows.py) decides; this module does the I/O around it: it keeps a clock
 map per switch (BMv2's thrift clock read from the host, so timers can be set in the switch's clock),
 writes and removes `predrain_windows` entries, wakes up when a predicted burst is overdue, forgets a
@@ -90,7 +93,7 @@ class PcnScheduler:
                               was_confident=observation.was_confident, covered=bool(covered),
                               window=[covered[0].start_us, covered[0].end_us] if covered else None)
         prediction = observation.prediction
-        if prediction is not None:
+        if prediction is not None and observation.kind != "sub-burst":
             self.events.write("prediction", switch=switch, port=burst.port, job=burst.job,
                               next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
                               confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
@@ -103,6 +106,9 @@ class PcnScheduler:
             w = change.window
             fields = dict(switch=w.switch, port=w.port, job=w.job, start_us=w.start_us, end_us=w.end_us,
                           predicted_us=w.predicted_us, reason=change.reason, decided_us=change.at_us)
+            if change.op == "skip":
+                self.events.write("skip", **fields)
+                continue
             if not self.arm:
                 self.events.write(f"would_{change.op}", **fields)
                 continue

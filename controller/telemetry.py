@@ -12,11 +12,11 @@ ETHERTYPE_PCN_TELEMETRY = 0x88B5
 RECORD = struct.Struct("!IHHBBBBHIHIIIIHHHH")
 ETH_HEADER = 14
 
-FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START, FLAG_IN_WINDOW, FLAG_ECT = 0x01, 0x02, 0x04, 0x08, 0x10
+FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START, FLAG_IN_WINDOW, FLAG_ECT, FLAG_ANNOUNCE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 
 COLUMNS = ("host_ns", "switch", "seq", "port", "class", "job", "ingress_us", "egress_us", "enq_qdepth",
            "deq_qdepth", "queue_delay_us", "packet_length", "payload_bytes", "src_host", "dst_host", "marked",
-           "dropped", "burst_start", "in_window", "ect")
+           "dropped", "burst_start", "in_window", "ect", "announce")
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,16 @@ class TelemetryRecord:
     def ect(self) -> bool:
         return bool(self.flags & FLAG_ECT)
 
+    @property
+    def announce(self) -> bool:
+        return bool(self.flags & FLAG_ANNOUNCE)
+
     def row(self, host_ns: int, switch: str) -> tuple:
         return (host_ns, switch, self.seq, self.port, "ddl" if self.traffic_class == 1 else "background",
                 self.job, self.ingress_us, self.egress_us, self.enq_qdepth, self.deq_qdepth,
                 self.queue_delay_us, self.packet_length, self.payload_bytes, self.src_host, self.dst_host,
                 int(self.marked), int(self.dropped),
-                int(self.burst_start), int(self.in_window), int(self.ect))
+                int(self.burst_start), int(self.in_window), int(self.ect), int(self.announce))
 
 
 def decode_frame(frame: bytes) -> TelemetryRecord | None:

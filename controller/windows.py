@@ -5,8 +5,14 @@ switch is handled on its own clock.
 
 A window for burst start s with jitter j is [s - m - lead, s + max(guard, m)), m = spread x j: the burst
 may come up to m early, and the queue must have drained `lead` before it; it may come up to m late.
-The window for the next burst is written as soon as the previous burst is reported (about a period of
-notice, far more than a P4Runtime write takes); the switch, not the write, opens and closes it.
+The lead is learned per key from what the bursts met (lead.py), unless the experiment fixes it.
+The window for the next iteration is written as soon as the previous one's start is reported (about
+a period of notice, far more than a P4Runtime write takes); the switch, not the write, opens and
+closes it. A window that could not be written before it opens is not written at all, and a port
+without a standing queue above K_pre gets none.
+
+Only reports that start an iteration (segments.py) reach the predictor: the sub-bursts TCP makes of
+one iteration would otherwise look like iterations of their own.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from pcnlab.controller.lead import LeadConfig, LeadTracker
 from pcnlab.controller.predictor import BurstKey, BurstReport, Observation, Prediction, PredictorBank
+from pcnlab.controller.segments import IterationSegmenter
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,6 @@ class Window:
     job: int
     start_us: int
     end_us: int            # exclusive
-    k_pre: int
     predicted_us: int = 0  # the burst start it was planned for
 
     @property
@@ -46,44 +53,42 @@ class Window:
         return self.start_us < other.end_us and other.start_us < self.end_us
 
 
-def default_lead_us(queue_pkts: int, rate_pps: float, rtt_us: int) -> int:
-    """How long before a burst the pre-drain must begin: the queue the last burst met, drained at the
-    port's rate, plus an RTT for the background senders to hear the marks and back off."""
-    if rate_pps <= 0:
-        raise ValueError(f"port rate must be positive, not {rate_pps}")
-    return math.ceil(max(queue_pkts, 0) * 1_000_000 / rate_pps) + max(rtt_us, 0)
-
-
-def plan_window(prediction: Prediction, lead_us: int, guard_us: int, k_pre: int, spread: float = 2.0) -> Window:
+def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: float = 2.0) -> Window:
     """The window for `prediction`'s burst: [s - m - lead, s + max(guard, m)) with m = spread x jitter."""
     margin = math.ceil(spread * prediction.jitter_us)
     start = prediction.next_start_us - margin - max(lead_us, 0)
     end = prediction.next_start_us + max(guard_us, margin, 1)
     key = prediction.key
-    return Window(key.switch, key.port, key.job, start, end, k_pre, prediction.next_start_us)
+    return Window(key.switch, key.port, key.job, start, end, prediction.next_start_us)
 
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    k_pre: int = 10
+    k_pre: int = 10               # a port whose standing queue is no deeper needs no window
     guard_us: int = 1000          # at least this long after the predicted start
     spread: float = 2.0           # windows reach spread x the predicted jitter either side (bench: coverage/cost)
-    lead_us: int | None = None    # a fixed lead; None: default_lead_us(queue, port rate, rtt_us)
-    rtt_us: int = 1000
-    rate_pps: float = 1000.0      # port rate for the default lead, unless port_rates has the port
+    lead_us: int | None = None    # a fixed lead; None: learned per key (lead.py)
+    rtt_us: int = 1000            # the background's base RTT, for the first learned lead
+    max_lead_share: float = 0.3   # a learned lead stays below this share of the period
+    rate_pps: float = 1000.0      # port rate for the learned lead, unless port_rates has the port
     port_rates: Mapping[tuple[str, int], float] = field(default_factory=dict)
-    min_notice_us: int = 5000     # armed less than this before opening: flagged late (write latency)
+    min_notice_us: int = 5000     # a new window that would open sooner than this is not written (late)
     max_extend: float = 2.0       # extend to cover a revised prediction up to this x the planned length
+
+    def lead_config(self) -> LeadConfig:
+        return LeadConfig(k_pre=self.k_pre, rtt_us=self.rtt_us, max_share=self.max_lead_share,
+                          min_lead_us=max(self.guard_us, 1))
 
 
 @dataclass(frozen=True)
 class WindowChange:
-    op: Literal["arm", "disarm"]
+    op: Literal["arm", "disarm", "skip"]
     window: Window
-    # arm: new | extend | replace;  disarm: replaced | stale | unconfident | expired | shutdown
+    # arm: new | extend | replace;  disarm: replaced | stale | unconfident | unneeded | expired | shutdown;
+    # skip: late (it would open before it could be written)
     reason: str
     at_us: int                    # switch time of the decision
-    late: bool = False            # armed with less than min_notice_us before it opens
+    late: bool = False            # armed with less than min_notice_us before it opens (an extension)
 
 
 class WindowPlanner:
@@ -94,20 +99,37 @@ class WindowPlanner:
     def __init__(self, config: PlannerConfig | None = None):
         self.config = config or PlannerConfig()
         self._armed: dict[BurstKey, list[Window]] = {}
+        self._leads: dict[BurstKey, LeadTracker] = {}
+
+    def tracker(self, key: BurstKey) -> LeadTracker:
+        tracker = self._leads.get(key)
+        if tracker is None:
+            cfg = self.config
+            rate = cfg.port_rates.get((key.switch, key.port), cfg.rate_pps)
+            tracker = self._leads[key] = LeadTracker(rate, cfg.lead_config())
+        return tracker
+
+    def observe_start(self, report: BurstReport) -> bool:
+        """An iteration started: what it met teaches the key's lead. Returns whether a window of the key
+        was open for it."""
+        covered = any(w.contains(report.t_us) for w in self._armed.get(report.key, ()))
+        self.tracker(report.key).observe(report.queue_pkts, covered)
+        return covered
+
+    def needed(self, key: BurstKey) -> bool:
+        """A fixed lead arms wherever a prediction is confident; a learned one only where a standing
+        queue above K_pre waits for the bursts."""
+        return self.config.lead_us is not None or self.tracker(key).needed
 
     def lead_for(self, prediction: Prediction) -> int:
         cfg = self.config
         if cfg.lead_us is not None:
             return cfg.lead_us
-        key = prediction.key
-        rate = cfg.port_rates.get((key.switch, key.port), cfg.rate_pps)
-        # The largest queue recent bursts met, not only the last: once pre-drain works the last burst
-        # meets an empty queue, and a lead taken from it would shrink until a burst meets a full one.
-        return default_lead_us(prediction.queue_pkts, rate, cfg.rtt_us)
+        return self.tracker(prediction.key).lead(prediction.period_us)
 
     def window_for(self, prediction: Prediction) -> Window:
         cfg = self.config
-        return plan_window(prediction, self.lead_for(prediction), cfg.guard_us, cfg.k_pre, cfg.spread)
+        return plan_window(prediction, self.lead_for(prediction), cfg.guard_us, cfg.spread)
 
     def armed(self, key: BurstKey | None = None) -> list[Window]:
         if key is not None:
@@ -120,6 +142,8 @@ class WindowPlanner:
         live = [w for w in windows if w.end_us > now_us]
         if prediction is None or not prediction.confident:
             return [self._remove(w, "unconfident", now_us) for w in live]
+        if not self.needed(key):
+            return [self._remove(w, "unneeded", now_us) for w in live if w.start_us > now_us]
         desired = self.window_for(prediction)
         if desired.end_us <= now_us:
             return []
@@ -130,6 +154,9 @@ class WindowPlanner:
         if any(w.start_us <= desired.start_us and w.end_us >= desired.end_us for w in same):
             return changes  # already covered
         reason = "new"
+        if not same and desired.start_us - now_us < self.config.min_notice_us:
+            # It would open before a write could reach the switch: better none than one stuck late.
+            return changes + [WindowChange("skip", desired, "late", now_us)]
         if same:
             start = min([desired.start_us] + [w.start_us for w in same])
             end = max([desired.end_us] + [w.end_us for w in same])
@@ -155,6 +182,8 @@ class WindowPlanner:
         """A restarted switch lost its table: nothing to remove, nothing armed."""
         for key in [k for k in self._armed if k.switch == switch]:
             del self._armed[key]
+        for key in [k for k in self._leads if k.switch == switch]:
+            del self._leads[key]
 
     def _add(self, window: Window, reason: str, now_us: int) -> WindowChange:
         # The table's key is (port, range): two jobs' windows on a port must not share a range, or
@@ -180,8 +209,16 @@ class WindowScheduler:
         self.bank = bank or PredictorBank()
         self.planner = planner or WindowPlanner()
         self._pending: dict[BurstKey, Prediction] = {}  # confident forecasts awaiting their burst
+        self._segments: dict[BurstKey, IterationSegmenter] = {}
 
     def on_report(self, report: BurstReport) -> tuple[Observation, list[WindowChange]]:
+        """A burst report: an iteration start goes to the predictor and plans the next window; a
+        sub-burst (the same iteration, reported again after a gap TCP left) changes nothing."""
+        segmenter = self._segments.setdefault(report.key, IterationSegmenter())
+        if not segmenter.starts_iteration(report.t_us):
+            forecast = self.bank.forecast(report.key, report.t_us)
+            return Observation(report, "sub-burst", None, None, False, forecast), []
+        self.planner.observe_start(report)
         observation = self.bank.record(report)
         changes = self._plan(report.key, observation.prediction, report.t_us)
         return observation, changes + self.planner.expire(report.switch, report.t_us)
@@ -206,6 +243,8 @@ class WindowScheduler:
         """The switch restarted: its clock and its table are new."""
         self.bank.forget_switch(switch)
         self.planner.forget_switch(switch)
+        for key in [k for k in self._segments if k.switch == switch]:
+            del self._segments[key]
         for key in [k for k in self._pending if k.switch == switch]:
             del self._pending[key]
 

@@ -106,6 +106,9 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         if (meta.burst_start == 1) {
             flags = flags | TEL_BURST_START;
         }
+        if (meta.announcement == 1) {
+            flags = flags | TEL_ANNOUNCE;
+        }
         port_mode.apply();
         if (meta.use_windows == 1 && meta.traffic_class == CLASS_BACKGROUND && meta.k_pre < meta.k) {
             predrain_windows.apply();

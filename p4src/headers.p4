@@ -30,6 +30,7 @@ const bit<8> TEL_DROPPED     = 0x02;  /* dropped by the program (PCN early drop)
 const bit<8> TEL_BURST_START = 0x04;  /* first DDL packet of a burst on this port */
 const bit<8> TEL_IN_WINDOW   = 0x08;  /* a pre-drain window (pcn) or announcement (pcn-host) was active */
 const bit<8> TEL_ECT         = 0x10;  /* the packet was ECN-capable on arrival */
+const bit<8> TEL_ANNOUNCE    = 0x20;  /* a PCN-START announcement (pcn-host), not part of any burst */
 
 header ethernet_h {
     mac_t   dst;
@@ -139,6 +140,7 @@ struct metadata_t {
     bit<16> burst_min_payload; /* smaller packets (pure ACKs, control messages) never start one */
     bit<16> payload_length;    /* L4 payload bytes */
     bit<1>  burst_start;
+    bit<1>  announcement;      /* a PCN-START (pcn-host) */
     /* Egress mode. */
     bit<1>  marking;           /* 0: drop-tail */
     qdepth_t k;

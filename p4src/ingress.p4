@@ -98,6 +98,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             bit<16> jobs;
             announced_jobs.read(jobs, port);
             if (pcn_start_codepoint.apply().hit) {
+                meta.announcement = 1;
                 /* An announcement is not part of the burst it announces; one announcing a burst that
                  * is already under way (a late worker's) announces nothing. */
                 if (idle) {

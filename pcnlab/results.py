@@ -6,6 +6,7 @@
     run.iterations     # every worker's and PS's iteration records, one row each
     run.events         # the controller's event log
     run.flows          # the background flows' throughput intervals
+    run.iteration_table  # iterations.csv: the DDL iterations measured at the bottleneck
     run.config, run.metrics, run.status, run.network
     load_experiment("results/pcn-paper")   # every run of its latest sweep, and a table of their metrics
 
@@ -135,6 +136,27 @@ class RunData:
     def mode(self) -> str:
         return (self.config.get("mode") or {}).get("kind", "?")
 
+    @property
+    def point(self) -> str:
+        """The run's sweep point: its name without the repetition (`mode=pcn,rep=2` -> `mode=pcn`;
+        `run` when nothing is swept)."""
+        name = str(self.config.get("run") or self.name)
+        rep = self.config.get("repetition")
+        if rep is not None:
+            if name == f"rep={rep}":
+                return "run"
+            name = name.removesuffix(f",rep={rep}")
+        return name
+
+    @cached_property
+    def iteration_table(self) -> pd.DataFrame:
+        """iterations.csv: one row per (job, iteration) at the bottleneck port (experiments/analysis.py);
+        empty when the run has none."""
+        p = self.path / "iterations.csv"
+        if not p.exists() or p.stat().st_size == 0:
+            return pd.DataFrame()
+        return pd.read_csv(p)
+
     @cached_property
     def port_rates(self) -> dict[tuple[str, int], int]:
         """(switch, port) -> its queue's configured drain rate, packets/s."""
@@ -170,7 +192,8 @@ class RunData:
     @cached_property
     def queue(self) -> pd.DataFrame:
         """Every telemetry record of every switch, with `ingress_ns`/`egress_ns` (host clock), `src` and
-        `dst` (host names) and `data` (an L4 payload: not a pure ACK), sorted by ingress time."""
+        `dst` (host names) and `data` (an L4 payload, neither a pure ACK nor a PCN-START), sorted by
+        ingress time."""
         raw = self._raw_queue
         if raw.empty:
             return raw
@@ -186,6 +209,8 @@ class RunData:
             out["src"] = out["src_host"].map(names)
             out["dst"] = out["dst_host"].map(names)
             out["data"] = out["payload_bytes"] > 0
+            if "announce" in out:  # a PCN-START is a datagram, but no part of a burst
+                out["data"] &= out["announce"] == 0
         else:  # a queue log from before records carried hosts and payloads
             out["src"] = out["dst"] = None
             out["data"] = True

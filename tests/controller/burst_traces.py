@@ -23,6 +23,19 @@ def lattice(rng: random.Random, n: int, period_us: float, jitter: float = 0.0, t
     return [round(t0 + k * period_us + period_us * rng.uniform(-jitter, jitter)) for k in range(n)]
 
 
+def with_sub_bursts(rng: random.Random, starts: list[int], flights: tuple[int, int] = (2, 5),
+                    gap_us: tuple[int, int] = (8_000, 25_000)) -> list[int]:
+    """What the switch reports of iterations that TCP sends in flights: each start, then 1 to 4 more
+    reports an RTT-like gap apart."""
+    out = []
+    for t in starts:
+        out.append(t)
+        for _ in range(rng.randint(*flights) - 1):
+            t += rng.randint(*gap_us)
+            out.append(t)
+    return out
+
+
 def reports(times: list[int], switch: str = "s1", port: int = 2, job: int = 1, queue: int = 30) -> list[BurstReport]:
     return [BurstReport(switch, port, job, t, queue) for t in times]
 

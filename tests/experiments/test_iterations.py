@@ -22,12 +22,12 @@ RATE_PPS = 1000                # 1 ms a packet
 ITER_US = (100_000, 300_000, 500_000)   # each iteration starts here (switch clock)
 
 
-def _row(seq, t_in, t_out, cls, src, dst, enq, payload, length=1514, delay_ns=20_000, job=None):
+def _row(seq, t_in, t_out, cls, src, dst, enq, payload, length=1514, delay_ns=20_000, job=None, announce=0):
     return {"host_ns": OFFSET_NS + t_out * 1000 + delay_ns, "switch": "s1", "seq": seq, "port": PORT,
             "class": cls, "job": job if job is not None else (1 if cls == "ddl" else 0), "ingress_us": t_in,
             "egress_us": t_out, "enq_qdepth": enq, "deq_qdepth": max(enq - 1, 0), "queue_delay_us": t_out - t_in,
             "packet_length": length, "payload_bytes": payload, "src_host": src, "dst_host": dst, "marked": 0,
-            "dropped": 0, "burst_start": 0, "in_window": 0, "ect": 1}
+            "dropped": 0, "burst_start": 0, "in_window": 0, "ect": 1, "announce": announce}
 
 
 @pytest.fixture
@@ -51,7 +51,10 @@ def run_dir(tmp_path):
             rows.append(_row(seq, t_in, t_in + 40_000, "ddl", src, 3, queue_at[i], 1448))
             seq += 1
         rows.append(_row(seq, first_in - 100, first_in + 39_000, "ddl", 1, 3, 99, 0, length=66))  # an ACK
-        seq += 1
+        # A PCN-START for the next iteration, 150 ms later: a datagram, but no part of this iteration.
+        rows.append(_row(seq + 1, first_in + 150_000, first_in + 151_000, "ddl", 2, 3, 99, 70, length=112,
+                         announce=1))
+        seq += 2
         expected.append({"start_queue": queue_at[0], "max_queue": max(queue_at), "first_in": first_in,
                          "last_out": first_in + 9 * 1000 + 40_000})
     rows.sort(key=lambda r: r["ingress_us"])
@@ -100,7 +103,8 @@ def test_iterations_at_the_bottleneck_have_the_known_answers(run_dir):
     path, expected = run_dir
     run = load_run(path)
     attributed = it.attribute(run.queue, run.iterations, run.jobs)
-    assert (attributed["payload_bytes"] > 0).all()           # the ACKs are not data
+    assert (attributed["payload_bytes"] > 0).all()           # the ACKs are not data ...
+    assert (attributed["announce"] == 0).all()               # ... nor are the announcements
     assert it.bottleneck(attributed) == ("s1", PORT)
     table = it.per_iteration(attributed, run.queue, ("s1", PORT), RATE_PPS)
     assert list(table["iteration"]) == [0, 1, 2] and list(table["workers"]) == [2, 2, 2]

@@ -151,6 +151,8 @@ def test_pcn_host_follows_announcements_until_the_burst_arrives(rig):
         rig.blast("h1", 60)                      # announcement is taken back, background is at K again
         rig.drain(65)
     recs = _port_records(records, rig)
+    announcements = [r for r in recs if r["announce"]]
+    assert len(announcements) == 2 and all(r["class"] == "ddl" and not r["burst_start"] for r in announcements)
     bg = [r for r in recs if r["class"] == "background"]
     first, second = bg[:60], bg[60:]
     assert all(r["in_window"] for r in first) and not any(r["in_window"] for r in second)

@@ -1,0 +1,73 @@
+"""Which burst reports start a DDL iteration. Pure: times are the switch's clock (µs).
+
+TCP sends an iteration's bytes in flights about an RTT apart, so the switch (a data packet after G of
+silence starts a burst) often reports one iteration as several bursts. Between iterations the job is
+idle far longer than between flights. So the gaps between a key's reports fall into two groups, and
+the split between them tells iteration starts from sub-bursts: the split of the recent gaps' logarithms
+that maximises the between-group variance (Otsu's method), accepted only when the two groups' typical
+gaps differ by at least `min_ratio` and the long gaps recur (`min_long` of them: one pause among
+iterations is not a second group). With no such split every report starts an iteration: there are no
+sub-bursts, or the iterations run back to back and cannot be told apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SegmenterConfig:
+    history: int = 32        # recent gaps between reports behind the split (up to ~10 sub-bursts an iteration)
+    min_ratio: float = 3.0   # the two groups' geometric means must differ this much
+    min_long: int = 3        # and the long gaps must recur at least this often in the history
+    min_gaps: int = 4        # fewer gaps: no split yet (every report starts an iteration)
+
+
+def split_gap(gaps, min_ratio: float = 3.0, min_long: int = 3) -> float | None:
+    """The gap (µs) above which a report starts an iteration, or None when the gaps form one group."""
+    logs = sorted(math.log(max(g, 1)) for g in gaps)
+    n = len(logs)
+    if n < 2:
+        return None
+    total = sum(logs)
+    best, best_at = -1.0, None
+    low_sum = 0.0
+    for i in range(1, n - min_long + 1):
+        low_sum += logs[i - 1]
+        if logs[i] - logs[i - 1] <= 0:
+            continue
+        m_low, m_high = low_sum / i, (total - low_sum) / (n - i)
+        between = i * (n - i) * (m_high - m_low) ** 2
+        if between > best:
+            best, best_at = between, i
+    if best_at is None:
+        return None
+    m_low = sum(logs[:best_at]) / best_at
+    m_high = sum(logs[best_at:]) / (n - best_at)
+    if m_high - m_low < math.log(min_ratio):
+        return None
+    return math.exp((logs[best_at - 1] + logs[best_at]) / 2)
+
+
+class IterationSegmenter:
+    """One key's reports in, one verdict each: does this report start an iteration?"""
+
+    def __init__(self, config: SegmenterConfig | None = None):
+        self.config = config or SegmenterConfig()
+        self._gaps: deque[int] = deque(maxlen=self.config.history)
+        self._last: int | None = None
+        self.threshold_us: float | None = None
+
+    def starts_iteration(self, t_us: int) -> bool:
+        last, self._last = self._last, t_us
+        if last is None or t_us <= last:  # the first report, or the switch restarted
+            self._gaps.clear()
+            return True
+        gap = t_us - last
+        self._gaps.append(gap)
+        cfg = self.config
+        self.threshold_us = (split_gap(self._gaps, cfg.min_ratio, cfg.min_long) if len(self._gaps) >= cfg.min_gaps
+                             else None)
+        return self.threshold_us is None or gap > self.threshold_us
