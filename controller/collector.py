@@ -17,31 +17,44 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pcnlab.controller.telemetry import COLUMNS, ETHERTYPE_PCN_TELEMETRY, decode_frame
+
+
+MAX_MISSING = 100_000  # sequence numbers remembered as missing, so a late record is not counted lost
 
 
 @dataclass
 class CollectorSummary:
     switch: str
     records: int = 0
-    lost: int = 0            # sequence numbers never seen
+    lost: int = 0            # sequence numbers never seen (a record that arrived late is not lost)
     first_seq: int | None = None
     last_seq: int | None = None
-    out_of_order: int = 0
+    out_of_order: int = 0    # records that arrived after a later one (counted in records too)
+    _missing: set = field(default_factory=set, repr=False)
 
     def note(self, seq: int) -> None:
         if self.last_seq is None:
             self.first_seq = seq
         elif seq > self.last_seq + 1:
             self.lost += seq - self.last_seq - 1
+            if len(self._missing) + seq - self.last_seq - 1 <= MAX_MISSING:
+                self._missing.update(range(self.last_seq + 1, seq))
         elif seq <= self.last_seq:
             self.out_of_order += 1
+            if seq in self._missing:
+                self._missing.discard(seq)
+                self.lost -= 1
+                self.records += 1
             return
         self.records += 1
         self.last_seq = seq
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
 class QueueLogCollector:
@@ -79,7 +92,7 @@ class QueueLogCollector:
                 self.summary.note(record.seq)
                 writer.writerow(record.row(time.monotonic_ns(), self.switch))
         sock.close()
-        self.summary_path.write_text(json.dumps(asdict(self.summary), indent=1))
+        self.summary_path.write_text(json.dumps(self.summary.to_dict(), indent=1))
         if self.summary.lost:
             print(f"{self.switch}: {self.summary.lost} telemetry records lost of "
                   f"{self.summary.records + self.summary.lost}", file=sys.stderr)

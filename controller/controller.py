@@ -83,7 +83,8 @@ class PcnController:
             if config is not None:
                 await switch.modify([config.config_entry()])  # a default action is modified, not inserted
                 await switch.insert(config.static_entries())
-                await switch.insert([mode.entry(port) for port, mode in sorted(self.modes[switch.name].items())])
+                await switch.insert([config.mode_entry(port, mode)
+                                     for port, mode in sorted(self.modes[switch.name].items())])
             await asyncio.to_thread(apply_queues, endpoint)
             for hook in self.on_ready:
                 await hook(switch, endpoint)
@@ -119,7 +120,7 @@ class PcnController:
 
     async def set_mode(self, switch: str, port: int, mode: PortMode) -> None:
         """Change a port's mode on a running switch (no restart, no recompilation)."""
-        await self.switches[switch].modify([mode.entry(port)])
+        await self.switches[switch].modify([self.dataplane[switch].mode_entry(port, mode)])
         self.modes[switch][port] = mode
 
     async def arm_window(self, switch: str, port: int, start_us: int, end_us: int) -> float:

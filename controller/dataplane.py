@@ -41,17 +41,16 @@ class PortMode:
         if not 0 < self.hold_us <= MAX_BURST_GAP_US:
             raise UsageError(f"mode {self.mode}: hold_us must be between 1 and {MAX_BURST_GAP_US}, not {self.hold_us}")
 
-    def entry(self, port: int) -> fy.P4TableEntry:
-        match = fy.P4TableMatch(port=port)
+    def action(self, switch: dict) -> fy.P4TableAction:
+        """The port_mode action; `switch`: the switch's id and telemetry (DataPlaneConfig.switch_params)."""
         if self.mode == "droptail":
-            action = fy.P4TableAction("mode_droptail")
-        elif self.mode == "ecn":
-            action = fy.P4TableAction("mode_ecn", k=self.k)
-        elif self.mode == "pcn":
-            action = fy.P4TableAction("mode_pcn", k=self.k, k_pre=self.k_pre, drop_non_ect=int(self.drop_non_ect))
-        else:
-            action = fy.P4TableAction("mode_pcn_host", k=self.k, k_pre=self.k_pre, hold_us=self.hold_us)
-        return fy.P4TableEntry("port_mode", match=match, action=action)
+            return fy.P4TableAction("mode_droptail", **switch)
+        if self.mode == "ecn":
+            return fy.P4TableAction("mode_ecn", **switch, k=self.k)
+        if self.mode == "pcn":
+            return fy.P4TableAction("mode_pcn", **switch, k=self.k, k_pre=self.k_pre,
+                                    drop_non_ect=int(self.drop_non_ect))
+        return fy.P4TableAction("mode_pcn_host", **switch, k=self.k, k_pre=self.k_pre, hold_us=self.hold_us)
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,19 @@ class FlowClass:
         if not 1 <= self.burst_min_payload <= MAX_PAYLOAD:
             raise UsageError(f"job {self.job}: burst_min_payload must be between 1 and {MAX_PAYLOAD} bytes")
 
+    @property
+    def is_pair(self) -> bool:
+        """One host to another, nothing else: an exact `ddl_pairs` entry (a hash lookup in BMv2)."""
+        hosts = [ipaddress.ip_network(v, strict=False) for v in (self.src, self.dst) if v is not None]
+        return (len(hosts) == 2 and all(h.prefixlen == 32 for h in hosts) and self.proto is None
+                and self.sport is None and self.dport is None)
+
     def entry(self) -> fy.P4TableEntry:
+        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.burst_gap_us,
+                                  burst_min_payload=self.burst_min_payload)
+        if self.is_pair:
+            src, dst = (str(ipaddress.ip_network(v, strict=False).network_address) for v in (self.src, self.dst))
+            return fy.P4TableEntry("ddl_pairs", match=fy.P4TableMatch(src=src, dst=dst), action=action)
         match: dict[str, object] = {}
         for name in ("src", "dst"):
             value = getattr(self, name)
@@ -91,8 +102,6 @@ class FlowClass:
             value = getattr(self, name)
             if value is not None:
                 match[name] = f"{value[0]}...{value[1]}"
-        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.burst_gap_us,
-                                  burst_min_payload=self.burst_min_payload)
         return fy.P4TableEntry("traffic_class", match=fy.P4TableMatch(match), action=action,
                                priority=self.priority)
 
@@ -109,11 +118,18 @@ class DataPlaneConfig:
     telemetry_session: int = 100   # clone session id used for telemetry
     pcn_start_dscp: int | None = None  # pcn-host announcements
 
-    def config_entry(self) -> fy.P4TableEntry:
+    def switch_params(self) -> dict:
+        """The switch's id and telemetry, which every port_mode action carries."""
         every = self.telemetry_every if self.telemetry_port is not None else 0
-        return fy.P4TableEntry("switch_config", is_default_action=True, action=fy.P4TableAction(
-            "set_switch_config", switch_id=self.switch_id, telemetry_every=every,
-            telemetry_session=self.telemetry_session))
+        return {"switch_id": self.switch_id, "telemetry_every": every, "telemetry_session": self.telemetry_session}
+
+    def config_entry(self) -> fy.P4TableEntry:
+        """Ports without a mode of their own: drop-tail, with the switch's telemetry."""
+        return fy.P4TableEntry("port_mode", is_default_action=True,
+                               action=PortMode("droptail").action(self.switch_params()))
+
+    def mode_entry(self, port: int, mode: PortMode) -> fy.P4TableEntry:
+        return fy.P4TableEntry("port_mode", match=fy.P4TableMatch(port=port), action=mode.action(self.switch_params()))
 
     def static_entries(self) -> list:
         """What a freshly configured switch needs besides its routes, its default config and its modes."""
@@ -140,7 +156,6 @@ def window_entry(port: int, start_us: int, end_us: int) -> fy.P4TableEntry:
 class BurstStart:
     """A burst-start digest: DDL job `job` began a burst towards `port` at `ts_us` (switch clock)."""
 
-    switch_id: int
     port: int
     job: int
     ts_us: int
@@ -148,11 +163,10 @@ class BurstStart:
 
     @classmethod
     def from_digest(cls, data: dict) -> "BurstStart":
-        return cls(int(data["switch_id"]), int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]))
+        return cls(int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]))
 
 
 PORT_COUNTERS = {
-    "rx": "rx_port_class",                 # arrived, by ingress port
     "to_queue": "to_queue_port_class",     # handed to the egress queue, by egress port
     "tx": "tx_port_class",                 # left the switch, by egress port
     "marked": "marked_port_class",

@@ -16,30 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pcnlab.errors import UsageError
 from pcnlab.experiments import iterations as it
 from pcnlab.experiments import metrics as m
 from pcnlab.results import RunData, load_run
 from pcnlab.topologies.routing import rate_mbps
 
-HEADLINE = (  # (metrics key path, column title, format)
-    ("iterations.start_queue_pkts.mean", "start queue (pkts)", "{:.1f}"),
-    ("iterations.max_queue_pkts.mean", "max queue (pkts)", "{:.1f}"),
-    ("iterations.bct_ms.mean", "BCT (ms)", "{:.1f}"),
-    ("iterations.bct_over_ideal.mean", "BCT / ideal", "{:.2f}"),
-    ("iterations.ddl_mbps.mean", "DDL Mbit/s in bursts", "{:.2f}"),
-    ("throughput_mbps.background", "background Mbit/s", "{:.2f}"),
-    ("training.iteration_ms.mean", "iteration (ms)", "{:.1f}"),
-    ("controller.iteration_coverage", "iteration coverage", "{:.0%}"),
-)
-
-
-def _dig(data: dict, dotted: str):
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
+LEARNING = 5   # iterations a prediction needs before it can be held to cover every iteration (issue 12)
 
 
 def stats(values) -> dict:
@@ -65,6 +47,12 @@ def training_metrics(run: RunData) -> dict:
     if "loss" in workers and workers["loss"].notna().any():
         per_iter = workers.groupby("iter")["loss"].mean().dropna()
         out["loss_first"], out["loss_last"] = float(per_iter.iloc[0]), float(per_iter.iloc[-1])
+    if "accuracy" in table and table["accuracy"].notna().any():
+        # Test accuracy on held-out data, from the evaluating rank's records (the PS, or ring rank 0).
+        evals = table[table["accuracy"].notna()].groupby("iter")[["accuracy", "test_loss"]].mean()
+        out["accuracy_first"], out["accuracy_final"] = float(evals["accuracy"].iloc[0]), float(evals["accuracy"].iloc[-1])
+        out["test_loss_final"] = float(evals["test_loss"].iloc[-1])
+        out["accuracy_iteration"] = int(evals.index[-1])
     return out
 
 
@@ -89,6 +77,9 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
     if run.mode == "pcn":
         windows = it.window_intervals(events)
         out["iteration_coverage"] = float(table["covered"].mean()) if "covered" in table else None
+        # The same once the rhythm could have been learned: each job's first LEARNING iterations left out.
+        settled = table[table.groupby("job").cumcount() >= LEARNING]
+        out["iteration_coverage_after_learning"] = float(settled["covered"].mean()) if len(settled) else None
         at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)
@@ -179,29 +170,12 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     out["controller"] = controller_metrics(run, table, neck)
     out["queue_full_drops"] = full_queue_drops(run_dir, neck)
     table.to_csv(run.path / "iterations.csv", index=False)
-    (run.path / "metrics.json").write_text(json.dumps(_strict(out), indent=1, allow_nan=False))
+    (run.path / "metrics.json").write_text(json.dumps(m.json_safe(out), indent=1, allow_nan=False))
     if plots and neck is not None:
-        from pcnlab.experiments.plots import plot_queue
+        from pcnlab.experiments.plots import plot_run_queue
 
-        windows = it.window_intervals(run.events).to_dict("records")
-        plot_queue(run.path / f"queue-{neck[0]}-p{neck[1]}.png", queue, neck, [], windows,
-                   title=f"{run.name}: {neck[0]} port {neck[1]} ({run.mode})")
+        plot_run_queue(run, neck)
     return out
-
-
-def _strict(value):
-    """JSON without NaN or infinities: they become null."""
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 def full_queue_drops(run_dir: Path, neck: tuple[str, int] | None) -> dict:
@@ -219,104 +193,3 @@ def full_queue_drops(run_dir: Path, neck: tuple[str, int] | None) -> dict:
         out[cls] = get("to_queue") - get("tx") - get("dropped")
     return out
 
-
-# --- a sweep ----------------------------------------------------------------------------------------
-
-def run_dirs(path: Path) -> list[Path]:
-    """The run folders under `path`: a run folder, a sweep folder, or an experiment folder (its latest)."""
-    path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path} does not exist; give a results folder, e.g. results/smoke/latest")
-    if (path / "status.json").exists():
-        return [path]
-    if (path / "latest").exists():
-        path = path / "latest"
-    found = sorted(p.parent for p in path.glob("*/status.json"))
-    if not found:
-        raise UsageError(f"no runs under {path}; give results/<experiment>/latest or a run folder")
-    return found
-
-
-def _group_key(metrics: dict) -> str:
-    sweep = {k: v for k, v in (metrics.get("sweep") or {}).items()}
-    return ",".join(f"{k}={v}" for k, v in sweep.items()) or metrics.get("mode", "?")
-
-
-def summarise(paths: list[Path]) -> list[dict]:
-    """One row per sweep point: each headline metric's mean and 95 % interval over repetitions."""
-    groups: dict[str, list[dict]] = {}
-    for run in paths:
-        status = json.loads((run / "status.json").read_text())
-        if status.get("status") != "finished":
-            groups.setdefault(f"{run.name} ({status.get('status')})", [])
-            continue
-        metrics_path = run / "metrics.json"
-        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else analyse_run(run, plots=False)
-        groups.setdefault(_group_key(metrics), []).append(metrics)
-    rows = []
-    for name, members in groups.items():
-        row = {"point": name, "runs": len(members), "mode": members[0]["mode"] if members else ""}
-        for key, title, _ in HEADLINE:
-            mean, half = m.mean_ci95([_dig(x, key) for x in members])
-            row[title] = (mean, half)
-        row["workers"] = members[0].get("workers") if members else None
-        rows.append(row)
-    add_scaling(rows)
-    return rows
-
-
-def add_scaling(rows: list[dict]) -> None:
-    """Scaling factor ("Is Network the Bottleneck for Distributed Training?"): throughput with N
-    workers over N times one worker's, i.e. T_1 / T_N for iteration times, where a 1-worker run exists."""
-    single = [r for r in rows if r.get("workers") == 1 and r["iteration (ms)"][0] == r["iteration (ms)"][0]
-              and r["iteration (ms)"][0] is not None]
-    if not single:
-        return
-    t1 = single[0]["iteration (ms)"][0]
-    for row in rows:
-        tn = row["iteration (ms)"][0]
-        row["scaling"] = (t1 / tn, float("nan")) if tn else (float("nan"), float("nan"))
-
-
-def format_table(rows: list[dict], markdown: bool = False) -> str:
-    columns = [t for _, t, _ in HEADLINE] + (["scaling"] if any("scaling" in r for r in rows) else [])
-    titles = ["point", "runs"] + columns
-    formats = {t: f for _, t, f in HEADLINE} | {"scaling": "{:.2f}"}
-    cells = []
-    for row in rows:
-        line = [row["point"], str(row["runs"])]
-        for title in columns:
-            mean, half = row[title]
-            if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-                line.append("-")
-            else:
-                text = formats[title].format(mean)
-                if half == half and half:  # not NaN, not zero
-                    text += " ± " + formats[title].format(half).rstrip("%")
-                line.append(text)
-        cells.append(line)
-    if markdown:
-        out = ["| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)]
-        out += ["| " + " | ".join(c) + " |" for c in cells]
-        return "\n".join(out)
-    widths = [max(len(t), *(len(c[i]) for c in cells)) if cells else len(t) for i, t in enumerate(titles)]
-    lines = ["  ".join(t.ljust(w) for t, w in zip(titles, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in cells]
-    return "\n".join(lines)
-
-
-def summarise_sweep(sweep_dir: Path, say=print) -> list[dict]:
-    paths = run_dirs(sweep_dir)
-    rows = summarise(paths)
-    table = format_table(rows)
-    (Path(sweep_dir) / "report.md").write_text(format_table(rows, markdown=True) + "\n")
-    (Path(sweep_dir) / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
-    try:
-        from pcnlab.experiments.plots import plot_sweep
-
-        plot_sweep(Path(sweep_dir), paths)
-    except Exception as exc:  # a missing metric must not hide the table
-        say(f"(sweep plots skipped: {exc})")
-    say(table)
-    say(f"results: {sweep_dir} (report.md, summary.json, plots; each run's folder has metrics.json and its queue plot)")
-    return rows

@@ -23,15 +23,17 @@ import difflib
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from pcnlab.controller.dataplane import MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH, MODES
 from pcnlab.errors import UsageError
+from pcnlab.experiments.reference import REFERENCES
 from pcnlab.experiments.yamlpos import Raw, Where, load_tree, parse_scalar
 from pcnlab.topologies.routing import rate_pps
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
+from pcnlab.workloads.catalog import MODELS, process_model
 
 # --- limits -------------------------------------------------------------------------------------
 
@@ -50,8 +52,6 @@ MAX_RUNS = 1000                    # sweep points x repetitions
 SWITCH_KINDS = ("bmv2", "bridge")
 JOB_KINDS = ("ps", "ring", "generator")
 PATTERNS = ("ps", "ring")
-MODELS = ("mlp", "cnn", "resnet50", "vgg16", "bert-base")
-PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
 CCS = ("reno", "cubic", "bbr", "dctcp")
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -131,6 +131,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             default_doc="see below"),
         Key("telemetry", "section", {}, "telemetry clones for the switch queue log: `telemetry: 10` or a mapping",
             default_doc="see below"),
+        Key("fidelity", "section", {}, "the thresholds of each run's fidelity check (fidelity.json): a mapping",
+            default_doc="see below"),
         Key("jobs", "list", [], f"DDL jobs, each a mapping (below); data-plane job ids 1, 2, ... in this order "
             f"(at most {MAX_JOBS})", default_doc="[] (none)"),
         Key("background", "list", [], "background TCP flows, each a mapping (below)", default_doc="[] (none)"),
@@ -141,6 +143,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1),
         Key("seed", "int", 0, "seed of repetition 1; repetition N uses seed + N - 1 (every sweep point of a "
             "repetition shares it)", min=0),
+        Key("baseline", "text", None, "the sweep point the report compares every other point against "
+            "(Δ, Δ % and the interval of the difference), e.g. `mode=droptail`; `pcnlab report --baseline` "
+            "overrides it", nullable=True, default_doc="none"),
+        Key("reference", "choice", None, "published figures `pcnlab report` shows beside ours, in their own "
+            "column (experiments/reference.py)", choices=tuple(REFERENCES), nullable=True, default_doc="none"),
         Key("sweep", "sweep", {}, "dotted key -> list of values; the cartesian product becomes runs, named "
             "from their values (`mode=pcn,workers=2`)"),
     ),
@@ -164,8 +171,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             unit="packets", min=1, max=MAX_QUEUE),
         Key("K_pre", "int", 10, "threshold for background traffic while a burst is expected (pcn, pcn-host); "
             "at most K", unit="packets", min=0, max=MAX_QUEUE),
-        Key("lead_us", "lead", "auto", "pcn: how long before the predicted burst start the window opens; "
-            "auto: the queue the last burst met / port rate + one RTT", unit="us", min=0),
+        Key("lead_us", "lead", "auto", "pcn: how long before the predicted iteration start the window opens; "
+            "auto: learned per port (first 2 x the standing queue / port rate + an RTT, then longer while "
+            "iterations inside a window still meet more than K_pre, shorter while they meet less)", unit="us",
+            min=0),
         Key("guard_us", "int", 1000, "pcn: how long after the predicted start the window stays open",
             unit="us", min=0),
         Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
@@ -175,6 +184,23 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     "telemetry": (
         Key("every", "every", 1, "clone 1 in N packets of every port to the monitor host; off: no queue log",
             min=1, default_doc="1 (bmv2), off (bridge)"),
+    ),
+    "fidelity": (
+        Key("min_rate_pct", "number", 95.0, "every bottleneck port sends at least this share of its configured rate "
+            "while its queue is non-empty", unit="%", min=0, max=100),
+        Key("min_backlog_s", "number", 1.0, "a port is checked as a bottleneck when its queue was non-empty at "
+            "least this long", unit="s", min=0),
+        Key("max_bmv2_cpu_pct", "number", 90.0, "no BMv2 process uses more than this share of one core (p95 of "
+            "0.5 s samples): its ingress pipeline is one thread", unit="%", above=0),
+        Key("min_idle_pct", "number", 0.0, "the machine's idle time (p5 of 0.5 s samples) is at least this; 0: "
+            "below 5 % is only a warning (a busy machine whose switches held their rates and lag kept up)",
+            unit="%", min=0, max=100),
+        Key("max_lag_factor", "number", 5.0, "each switch's processing lag (packets that met an empty queue), "
+            "p95, is at most this times the idle value `pcnlab calibrate` measured", above=0),
+        Key("max_telemetry_loss_pct", "number", 1.0, "telemetry records lost, at most this share per switch",
+            unit="%", min=0, max=100),
+        Key("max_controller_lag_ms", "number", 50.0, "pcn: from a burst report to the window write it caused, "
+            "p95 at most this", unit="ms", above=0),
     ),
     "jobs": (
         Key("name", "name", REQUIRED, "the job's name (logs under jobs/<name>/)", default_doc="job<N>"),
@@ -192,12 +218,16 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("iterations", "int", 10, "training iterations (generator: bursts)", min=1),
         Key("compute_ms", "number", 0.0, "compute time per iteration (an accelerator's; generator: the gap "
             "after the PS's answer)", unit="ms", min=0),
-        Key("model", "choice", "mlp", "mlp, cnn: small real models; resnet50, vgg16, bert-base: their "
+        Key("model", "choice", "mlp", "mlp, cnn: small real models on generated data; digits-mlp, digits-cnn: "
+            "scikit-learn's handwritten digits (test accuracy reported); resnet50, vgg16, bert-base: their "
             "per-layer gradient sizes times scale", choices=MODELS, applies=("ps", "ring"), what="model"),
         Key("scale", "number", 0.01, "gradient profiles: every layer's size times this", above=0, max=1,
             applies=("ps", "ring")),
         Key("batch", "int", 32, "samples per worker per iteration", min=1, applies=("ps", "ring")),
         Key("lr", "number", 0.05, "learning rate (SGD)", above=0, applies=("ps", "ring")),
+        Key("eval_every", "int", 10, "real models: test accuracy on held-out data every this many iterations "
+            "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0,
+            applies=("ps", "ring")),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, applies=("ring",)),
         Key("burst_bytes", "int", 250_000, "B: what each worker sends per iteration", unit="bytes", min=1,
@@ -208,10 +238,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             unit="ms", min=0, applies=("generator",)),
         Key("jitter_ms", "number", 0.0, "each start moves by a uniform offset in [-jitter, +jitter]; below "
             "period_ms", unit="ms", min=0, applies=("generator",)),
-        Key("pcn_start", "autobool", "auto", "announce each burst one RTT ahead (DSCP PCN-START) for pcn-host; "
-            "auto: on in pcn-host runs only", applies=("generator",)),
+        Key("pcn_start", "autobool", "auto", "announce each burst one RTT ahead (DSCP PCN-START) for pcn-host "
+            "(ps, ring: each worker's gradients, to the PS or its ring successor, before each iteration's "
+            "communication); auto: on in pcn-host runs only"),
         Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: one smoothed RTT)",
-            unit="us", min=0, applies=("generator",)),
+            unit="us", min=0),
         Key("burst_gap_us", "int", 10_000, "G: a data packet of the job after this much silence on a switch "
             "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),
         Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
@@ -234,7 +265,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
 }
 SHORTHAND = {"topology": "kind", "switch": "kind", "mode": "kind", "telemetry": "every"}
 LIST_SECTIONS = ("jobs", "background")
-NOT_SWEPT = ("name", "description", "repetitions", "sweep")
+NOT_SWEPT = ("name", "description", "repetitions", "sweep", "fidelity", "reference", "baseline")
 
 
 def _keys(section: str) -> dict[str, Key]:
@@ -301,6 +332,19 @@ class TelemetryConfig:
 
 
 @dataclass(frozen=True)
+class FidelityConfig:
+    """Thresholds of the fidelity check (experiments/fidelity.py)."""
+
+    min_rate_pct: float = 95.0
+    min_backlog_s: float = 1.0
+    max_bmv2_cpu_pct: float = 90.0
+    min_idle_pct: float = 0.0
+    max_lag_factor: float = 5.0
+    max_telemetry_loss_pct: float = 1.0
+    max_controller_lag_ms: float = 50.0
+
+
+@dataclass(frozen=True)
 class JobConfig:
     id: int                                # the data plane's job id (1-based, in file order)
     name: str
@@ -314,6 +358,7 @@ class JobConfig:
     scale: float = 0.01
     batch: int = 32
     lr: float = 0.05
+    eval_every: int = 10
     bucket_mb: float = 25.0
     burst_bytes: int = 250_000
     reply_bytes: int = 250_000
@@ -334,14 +379,14 @@ class JobConfig:
         """Arguments of pcnlab.workloads.launcher.JobSpec for this job."""
         out = {"name": self.name, "kind": "burst" if self.kind == "generator" else self.kind,
                "workers": self.workers, "servers": self.ps, "iterations": self.iterations,
-               "compute_ms": self.compute_ms, "cc": self.cc, "ecn": self.ecn, "seed": seed}
+               "compute_ms": self.compute_ms, "cc": self.cc, "ecn": self.ecn, "seed": seed,
+               "pcn_start": self.pcn_start, "pcn_lead_us": self.pcn_start_lead_us}
         if self.kind == "generator":
             out.update(pattern=self.pattern, burst_bytes=self.burst_bytes, reply_bytes=self.reply_bytes,
-                       period_ms=self.period_ms, jitter_ms=self.jitter_ms, pcn_start=self.pcn_start,
-                       pcn_lead_us=self.pcn_start_lead_us)
+                       period_ms=self.period_ms, jitter_ms=self.jitter_ms)
         else:
-            model = f"profile:{self.model}" if self.model in PROFILE_MODELS else self.model
-            out.update(model=model, profile_scale=self.scale, batch=self.batch, lr=self.lr)
+            out.update(model=process_model(self.model), profile_scale=self.scale, batch=self.batch, lr=self.lr,
+                       eval_every=self.eval_every)
             if self.kind == "ring":
                 out.update(bucket_mb=self.bucket_mb)
         return out
@@ -396,6 +441,8 @@ class RunConfig:
     description: str = ""
     source: str = ""                       # the experiment file
     overrides: tuple[str, ...] = ()        # the --set items applied
+    fidelity: FidelityConfig = field(default_factory=FidelityConfig)
+    reference: str | None = None           # experiments/reference.py: figures the report shows beside ours
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (YAML/JSON), for the run folder."""
@@ -410,7 +457,8 @@ class RunConfig:
             "switch": asdict(self.switch), "mode": asdict(self.mode), "telemetry": asdict(self.telemetry),
             "jobs": [job.to_dict() for job in self.jobs],
             "background": [asdict(flow) for flow in self.background],
-            "duration_s": self.duration_s, "warmup_s": self.warmup_s,
+            "duration_s": self.duration_s, "warmup_s": self.warmup_s, "fidelity": asdict(self.fidelity),
+            "reference": self.reference,
         }
 
     @classmethod
@@ -420,6 +468,8 @@ class RunConfig:
         hosts, roles = tuple(topo.pop("hosts")), {k: tuple(v) for k, v in topo.pop("roles").items()}
         topo.pop("queue_rates_pps", None)
         kind = topo.pop("kind")
+        if any(k.name == "hosts" for k in TOPOLOGY_PARAMS.get(kind, ())):
+            topo["hosts"] = len(hosts)  # star's count of hosts: to_dict's host list took its key
         jobs = []
         for job in data["jobs"]:
             job = dict(job)
@@ -435,7 +485,8 @@ class RunConfig:
             mode=ModeConfig(**data["mode"]), telemetry=TelemetryConfig(**data["telemetry"]),
             jobs=tuple(jobs), background=tuple(FlowConfig(**f) for f in data["background"]),
             duration_s=data["duration_s"], warmup_s=data["warmup_s"], description=data.get("description", ""),
-            source=data.get("source", ""), overrides=tuple(data.get("overrides", ())))
+            source=data.get("source", ""), overrides=tuple(data.get("overrides", ())),
+            fidelity=FidelityConfig(**data.get("fidelity", {})), reference=data.get("reference"))
 
 
 @dataclass(frozen=True)
@@ -447,10 +498,11 @@ class Experiment:
     sweep: dict[str, tuple]                # sweep key (as written) -> its values
     overrides: tuple[str, ...]
     _runs: tuple[RunConfig, ...] = field(repr=False, default=())
+    baseline: str | None = None            # the sweep point the report compares against
 
     def runs(self) -> list[RunConfig]:
-        """Every run: the sweep's cartesian product (first key slowest), each repeated `repetitions`
-        times, repetitions innermost."""
+        """Every run: the sweep's cartesian product (first key slowest), once per repetition, repetitions
+        outermost (interleaved: every point of repetition 1, then of repetition 2, ...)."""
         return list(self._runs)
 
     def to_dict(self) -> dict:
@@ -484,10 +536,10 @@ def _join(path: str, key: str | int) -> str:
 
 
 _UNIT_WORDS = {"Mbit/s": "in Mbit/s", "packets": "of packets", "bytes": "of bytes", "s": "of seconds",
-               "ms": "of milliseconds", "us": "of microseconds", "MB": "of megabytes"}
+               "ms": "of milliseconds", "us": "of microseconds", "MB": "of megabytes", "%": "in percent"}
 
 
-_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "MB": "megabytes"}
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "MB": "megabytes", "%": "percent"}
 
 
 def _describe(key: Key) -> str:
@@ -689,12 +741,16 @@ def _build(tree: Raw, ctx: _Context) -> dict:
         every = 1 if switch.kind == "bmv2" else None
     telemetry = TelemetryConfig(every)
 
+    fid_raw = top.get("fidelity")
+    fd = _mapping(fid_raw, "fidelity", "fidelity", _keys("fidelity")) if fid_raw is not None else {}
+    fidelity = FidelityConfig(**{k.name: _value(k, fd, "fidelity") for k in SECTIONS["fidelity"]})
+
     jobs = _jobs(top.get("jobs"), topology, mode)
     background = _flows(top.get("background"), topology, switch)
 
     out = {"name": name, "description": description, "topology": topology, "switch": switch, "mode": mode,
-           "telemetry": telemetry, "jobs": jobs, "background": background}
-    for key_name in ("duration_s", "warmup_s", "repetitions", "seed"):
+           "telemetry": telemetry, "jobs": jobs, "background": background, "fidelity": fidelity}
+    for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference"):
         out[key_name] = _value(_keys("")[key_name], top, "")
     return out
 
@@ -884,11 +940,10 @@ def _jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[
                              "bursts would overlap")
             if values["reply_bytes"] is None:
                 values["reply_bytes"] = values["burst_bytes"]
-            if values["pcn_start"] == "auto":
-                values["pcn_start"] = mode.kind == "pcn-host"
         else:
             values["reply_bytes"] = values["burst_bytes"] if values["reply_bytes"] is None else values["reply_bytes"]
-            values["pcn_start"] = False if values["pcn_start"] == "auto" else values["pcn_start"]
+        if values["pcn_start"] == "auto":
+            values["pcn_start"] = mode.kind == "pcn-host"
         values.pop("pattern")
         jobs.append(JobConfig(id=index + 1, name=name, kind=kind, pattern=pattern, ps=ps, workers=workers,
                               **values))
@@ -947,7 +1002,7 @@ def _valid_paths(tree: Raw, all_topology_params: bool = False) -> list[str]:
     """Every dotted key that may be set or swept in this document."""
     top = tree.value if tree.is_map else {}
     paths = [k.name for k in SECTIONS[""]]
-    for section in ("switch", "mode", "telemetry"):
+    for section in ("switch", "mode", "telemetry", "fidelity"):
         paths += [f"{section}.{k.name}" for k in SECTIONS[section]]
     paths.append("topology.kind")
     kind = _current_kind(top.get("topology"))
@@ -1214,11 +1269,23 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
                 seed=built["seed"] + rep - 1, sweep=dict(sweep_values), topology=built["topology"],
                 switch=built["switch"], mode=built["mode"], telemetry=built["telemetry"], jobs=built["jobs"],
                 background=built["background"], duration_s=built["duration_s"], warmup_s=built["warmup_s"],
-                description=built["description"], source=source, overrides=overrides))
+                description=built["description"], source=source, overrides=overrides,
+                fidelity=built["fidelity"], reference=built["reference"]))
+    # Repetitions outermost: each repetition runs every sweep point once before the next begins, so a
+    # machine that drifts (load, heat) affects every point alike (interleaved, as benchmarks should be).
+    runs = [replace(r, index=i) for i, r in enumerate(sorted(runs, key=lambda r: (r.repetition, r.index)))]
     first = runs[0]
+    baseline = _value(_keys("")["baseline"], top, "")
+    point_names = list(dict.fromkeys(r.name.rsplit(",rep=", 1)[0] for r in runs))
+    if baseline is not None and baseline not in point_names and len(point_names) == 1:
+        baseline = None  # a --set fixed the swept key: one point, nothing to compare
+    if baseline is not None and baseline not in point_names:
+        raise _error(_where(top.get("baseline"), fallback=tree.where), "baseline",
+                     f"{baseline!r} is not a point of this sweep{_suggest(baseline, point_names)}; "
+                     f"the points are {', '.join(point_names)}")
     return Experiment(name=first.experiment, path=path, description=first.description, repetitions=repetitions,
                       sweep={s.key: tuple(v.plain() for v in s.values) for s in sweeps}, overrides=overrides,
-                      _runs=tuple(runs))
+                      _runs=tuple(runs), baseline=baseline)
 
 
 # --- the reference ------------------------------------------------------------------------------------
@@ -1343,18 +1410,21 @@ def reference_markdown() -> str:
                      "bursts; PyTorch jobs do not. `dctcp` is accepted here; the run checks that the kernel "
                      "has it and stops with a one-line error otherwise."),
             ("background", "`background:` is a list of long-lived TCP flows; `src: background` with `dst: ps` "
-                           "makes one flow from every background host to the PS.")):
+                           "makes one flow from every background host to the PS."),
+            ("fidelity", "Each run is checked against these after it ends (`fidelity.json`, see the README's "
+                         "Fidelity section); a run that fails one is marked untrusted, with the reason. They can "
+                         "be set with --set but not swept.")):
         lines += ["", f"## {section}", "", intro, "", head]
         prefix = f"{section}.N" if section in LIST_SECTIONS else section
         lines += [_row(f"{prefix}.{k.name}", k) for k in SECTIONS[section]]
     lines += [
         "", "## sweep and --set", "",
         "`sweep:` maps dotted keys to lists: `mode: [droptail, ecn, pcn, pcn-host]`, `jobs.0.workers: [2, 4]`,",
-        "`topology.bw: [10, 20]`. The cartesian product becomes runs (first key slowest, repetitions",
-        "innermost), named from their values with the key's last part: `mode=pcn,workers=2` (`,rep=N` added",
+        "`topology.bw: [10, 20]`. The cartesian product becomes runs (first key slowest), run once per",
+        "repetition, repetitions outermost (interleaved: every point once, then again), named from their values with the key's last part: `mode=pcn,workers=2` (`,rep=N` added",
         "when repetitions > 1). A run's seed is `seed + repetition - 1`, the same for every sweep point of a",
         "repetition. A value that is wrong for the schema is reported at its line in the sweep list.",
-        "`name`, `description`, `repetitions` and `sweep` cannot be swept; at most "
+        "`name`, `description`, `repetitions`, `sweep`, `fidelity` and `reference` cannot be swept; at most "
         f"{MAX_RUNS} runs.",
         "",
         "`pcnlab run FILE --set key=value` changes one key before the sweep is expanded; the value is read as",

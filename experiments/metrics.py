@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 BURSTINESS_SCALES_MS = (1, 5, 10, 50, 100)
 
@@ -101,16 +102,45 @@ def burstiness(log: pd.DataFrame, traffic_class: str = "ddl", rates_mbps=(5, 10,
     }
 
 
-def mean_ci95(values) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % interval (Student's t), over repetitions."""
-    data = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not data:
-        return float("nan"), float("nan")
-    if len(data) == 1:
-        return float(data[0]), float("nan")
-    from statistics import mean, stdev
+def json_safe(value):
+    """Plain data for strict JSON (allow_nan=False): NaN and infinities become None, numpy scalars
+    Python ones, tuples lists."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
 
-    # Two-sided 97.5 % quantiles of Student's t for small samples; normal beyond.
-    t = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-    dof = len(data) - 1
-    return mean(data), t.get(dof, 1.96) * stdev(data) / math.sqrt(len(data))
+
+def finite(values) -> np.ndarray:
+    """The values that are numbers (None and NaN left out), as floats."""
+    arr = np.asarray([v for v in values if v is not None and not isinstance(v, bool)], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % interval (Student's t with n - 1 degrees of freedom), over
+    repetitions. None and NaN are left out; the half-width is NaN with fewer than two values."""
+    data = finite(values)
+    if data.size == 0:
+        return float("nan"), float("nan")
+    if data.size == 1:
+        return float(data[0]), float("nan")
+    half = scipy.stats.t.ppf(0.975, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size)
+    return float(data.mean()), float(half)
+
+
+def diff_ci95(values, baseline) -> tuple[float, float]:
+    """95 % interval of mean(values) - mean(baseline) (Welch's t: unequal variances, Welch-Satterthwaite
+    degrees of freedom). NaN, NaN when either side has fewer than two values or both have no spread."""
+    a, b = finite(values), finite(baseline)
+    if a.size < 2 or b.size < 2 or (a.std() == 0 and b.std() == 0):
+        return float("nan"), float("nan")
+    ci = scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    return float(ci.low), float(ci.high)

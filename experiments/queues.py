@@ -23,7 +23,7 @@ def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
 
 def show_queues(path: Path, switch: str | None, port: int | None, around: int | None,
                 margin_ms: float, rows: int, say=print) -> Path | None:
-    from pcnlab.experiments.plots import plot_queue
+    from pcnlab.experiments.plots import plot_run_queue
 
     runs = run_folders(path)
     if len(runs) != 1:
@@ -69,8 +69,7 @@ def show_queues(path: Path, switch: str | None, port: int | None, around: int | 
     if len(near) > rows:
         say(f"  ... {len(near) - rows} more rows (--rows)")
     out = run.path / f"queue-{switch}-p{port}-iteration{around}.png"
-    windows = it.window_intervals(run.events).to_dict("records")
-    plot_queue(out, log, (switch, port), [], windows, span_us=span,
-               title=f"{run.name}: iteration {around} on {switch} port {port}")
+    plot_run_queue(run, (switch, port), path=out, span_us=span,
+                   title=f"{run.name}: iteration {around} on {switch} port {port}")
     say(f"plot: {out}")
     return out

@@ -17,10 +17,45 @@ def timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H-%M-%S")
 
 
+def invoking_user() -> tuple[int, int] | None:
+    """(uid, gid) of the user who ran us through sudo (SUDO_UID, SUDO_GID) while we are root; else None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"])
+    except (KeyError, ValueError):
+        return None
+    return None if uid == 0 else (uid, gid)
+
+
+def give_back(*paths: Path) -> None:
+    """Hand results to the user behind `sudo`, so they read and re-plot them without root: each path,
+    and for a folder everything in it (a symlink itself, never what it points at). Nothing without sudo."""
+    user = invoking_user()
+    if user is None:
+        return
+    for path in map(Path, paths):
+        inside = os.walk(path) if path.is_dir() and not path.is_symlink() else ()
+        for item in [path, *(Path(top) / name for top, dirs, files in inside for name in dirs + files)]:
+            try:
+                os.lchown(item, *user)
+            except FileNotFoundError:
+                pass
+
+
+def write_status(run_dir: Path, status: str, extra: dict | None = None) -> None:
+    """status.json: running -> finished | failed | aborted | killed; the fields already there are kept."""
+    path = Path(run_dir) / "status.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    previous.update({"status": status, **(extra or {})})
+    path.write_text(json.dumps(previous, indent=1))
+
+
 @dataclass
 class RunFolder:
     path: Path
     ledger: RunLedger
+    owned: tuple[Path, ...] = ()     # what create() made: the topmost new folder, the `latest` link
 
     @classmethod
     def create(cls, results_root: Path, experiment: str, run: str, stamp: str | None = None) -> "RunFolder":
@@ -28,22 +63,23 @@ class RunFolder:
         require_root()
         stamp = stamp or timestamp()
         path = (Path(results_root) / experiment / stamp / run).resolve()
+        made = [p for p in (path, *path.parents) if not p.exists()]
         path.mkdir(parents=True, exist_ok=False)
+        owned = [made[-1]]
         latest = path.parent.parent / "latest"
         if latest.is_symlink() or not latest.exists():
             latest.unlink(missing_ok=True)
             latest.symlink_to(stamp)
+            owned.append(latest)
         (path / "status.json").write_text(json.dumps({"status": "running", "started": time.time(),
                                                        "host": platform.node(), "kernel": platform.release()}))
-        return cls(path, RunLedger(f"{experiment}-{stamp}-{run}-{os.getpid()}", path))
+        return cls(path, RunLedger(f"{experiment}-{stamp}-{run}-{os.getpid()}", path), tuple(owned))
 
     def finish(self, summary: dict) -> None:
         self._status("finished", summary)
 
     def _status(self, status: str, extra: dict | None = None) -> None:
-        previous = json.loads((self.path / "status.json").read_text())
-        previous.update({"status": status, "ended": time.time(), **(extra or {})})
-        (self.path / "status.json").write_text(json.dumps(previous, indent=1))
+        write_status(self.path, status, {"ended": time.time(), **(extra or {})})
 
     def __enter__(self) -> "RunFolder":
         return self
@@ -53,3 +89,4 @@ class RunFolder:
             reason = "aborted" if exc_type is KeyboardInterrupt else "failed"
             self._status(reason, {"error": str(exc) or exc_type.__name__})
         self.ledger.close()
+        give_back(*self.owned)    # finished, failed or stopped: the whole run folder is the user's

@@ -5,7 +5,6 @@ its workloads, and leaves its logs, metrics and plots behind, whether it finishe
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,9 +17,10 @@ from pcnlab.controller.events import EventLog
 from pcnlab.errors import PcnLabError
 from pcnlab.experiments.config import Experiment, RunConfig
 from pcnlab.experiments.control import start_controller
+from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp
+from pcnlab.experiments.sampler import CpuSampler
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
-from pcnlab.toolchain import bmv2_build, find_program, p4c_version
 
 
 @dataclass
@@ -30,6 +30,7 @@ class RunOutcome:
     status: str                 # finished | failed | aborted
     error: str = ""
     metrics: dict = field(default_factory=dict)
+    fidelity: dict = field(default_factory=dict)
 
 
 class Progress:
@@ -59,23 +60,6 @@ class Progress:
             self.stream.write("\n")
 
 
-def versions() -> dict:
-    out = {"python": platform.python_version(), "kernel": platform.release(), "machine": platform.machine()}
-    if find_program("p4c"):
-        out["p4c"] = p4c_version()
-    if find_program("simple_switch_grpc"):
-        build = bmv2_build(False)
-        out["bmv2"] = build.version()
-        out["bmv2_binary"] = str(build.switch)
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-    except ImportError:
-        pass
-    return out
-
-
 class RunExecution:
     """Everything one run starts, in order, and stops in reverse."""
 
@@ -94,6 +78,7 @@ class RunExecution:
         options = NetworkOptions(switch=run.switch.kind, packet_log=run.switch.packet_log, pcap=run.switch.pcap)
         check_supported(topo, options)
         with PcnNetwork(topo, path, ledger, options) as net:
+            sampler = CpuSampler(ledger, path / "cpu.csv").start()
             controller_thread = scheduler = None
             collectors = []
             flows = None
@@ -116,6 +101,7 @@ class RunExecution:
                 self._run_until_done(progress, jobs)
                 progress.close()
             finally:
+                sampler.stop()
                 for handle in jobs:
                     handle.stop()
                 if flows is not None:
@@ -182,7 +168,9 @@ class ExperimentRunner:
         return (self.results_root / self.experiment.name / self.stamp).resolve()
 
     def run_all(self) -> list[RunOutcome]:
-        from pcnlab.experiments.analysis import analyse_run, summarise_sweep
+        from pcnlab.experiments.analysis import analyse_run
+        from pcnlab.experiments.report import summarise_sweep
+        from pcnlab.experiments.fidelity import check_run, verdict_line
 
         runs = self.experiment.runs()
         outcomes: list[RunOutcome] = []
@@ -190,13 +178,14 @@ class ExperimentRunner:
         for index, run in enumerate(runs, 1):
             self.say(f"[{index}/{len(runs)}] {run.name}  (sweep {time.monotonic() - started:.0f} s so far)")
             folder = RunFolder.create(self.results_root, self.experiment.name, run.name, self.stamp)
-            (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
-            (folder.path / "versions.json").write_text(json.dumps(versions(), indent=1))
             outcome = RunOutcome(run.name, folder.path, "finished")
             try:
                 with folder:
+                    (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
+                    (folder.path / "versions.json").write_text(json.dumps(versions(), indent=1))
                     RunExecution(run, folder, self.say).execute()
                     outcome.metrics = analyse_run(folder.path)
+                    outcome.fidelity = check_run(folder.path)
                     folder.finish({"metrics": "metrics.json"})
             except KeyboardInterrupt:
                 outcome.status, outcome.error = "aborted", "stopped by Ctrl-C"
@@ -209,6 +198,7 @@ class ExperimentRunner:
             outcomes.append(outcome)
             if outcome.status == "finished":
                 self.say(f"      done: {folder.path}")
+                self.say(f"      fidelity: {verdict_line(outcome.fidelity)}")
         if outcomes:
-            summarise_sweep(self.sweep_dir, self.say)
+            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline)
         return outcomes

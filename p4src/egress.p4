@@ -1,7 +1,10 @@
-/* Egress: the port's mode (drop-tail, ECN at K, PCN pre-drain window, pcn-host announcements), the
- * per-port/class counters of what left, and queue telemetry as truncated clones to the collector. */
+/* Egress: the port's mode (drop-tail, ECN at K, PCN pre-drain window, pcn-host announcements), which
+ * also carries the switch's telemetry settings (one table for both: each table costs BMv2 per packet),
+ * the per-port/class counters of what left, and queue telemetry as truncated clones to the collector. */
 #ifndef PCN_EGRESS_P4
 #define PCN_EGRESS_P4
+
+#include "payload.p4"
 
 #define PKT_INSTANCE_NORMAL 0
 #define PKT_INSTANCE_EGRESS_CLONE 2
@@ -14,18 +17,32 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) marked_port_class;
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) dropped_port_class;
 
-    action mode_droptail() {
+    PayloadLength() payload;
+
+    /* Every mode's first three parameters: the switch's id and its telemetry (clone 1 in N packets of
+     * this port to the collector's clone session; N = 0: none). */
+    action telemetry_config(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session) {
+        meta.switch_id = switch_id;
+        meta.telemetry_every = telemetry_every;
+        meta.telemetry_session = telemetry_session;
+    }
+
+    action mode_droptail(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session) {
+        telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 0;
     }
 
-    action mode_ecn(qdepth_t k) {
+    action mode_ecn(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k) {
+        telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k;
     }
 
     /* Ours: K_pre applies to background traffic while a pre-drain window armed by the controller is open. */
-    action mode_pcn(qdepth_t k, qdepth_t k_pre, bit<1> drop_non_ect) {
+    action mode_pcn(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
+                    qdepth_t k_pre, bit<1> drop_non_ect) {
+        telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k_pre;
@@ -35,7 +52,9 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
 
     /* The paper's: K_pre applies to background traffic while a job's announced burst is pending on the
      * port, for at most hold_us after the last announcement. */
-    action mode_pcn_host(qdepth_t k, qdepth_t k_pre, bit<32> hold_us) {
+    action mode_pcn_host(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
+                         qdepth_t k_pre, bit<32> hold_us) {
+        telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k_pre;
@@ -49,7 +68,7 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
     table port_mode {
         key = { std.egress_port: exact @name("port"); }
         actions = { mode_droptail; mode_ecn; mode_pcn; mode_pcn_host; }
-        default_action = mode_droptail();
+        default_action = mode_droptail(0, 0, 0);  /* the controller sets the switch's own */
         size = MAX_PORTS;
     }
 
@@ -158,6 +177,9 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
                 meta.tel.deq_qdepth = (bit<32>)std.deq_qdepth;
                 meta.tel.queue_delay = std.deq_timedelta;
                 meta.tel.packet_length = (bit<16>)std.packet_length;
+                if (meta.traffic_class != CLASS_DDL) {  /* ingress measured DDL packets' already */
+                    payload.apply(hdr, meta.payload_length);
+                }
                 meta.tel.payload_length = meta.payload_length;
                 meta.tel.src_host = hdr.ipv4.src[15:0];
                 meta.tel.dst_host = hdr.ipv4.dst[15:0];

@@ -93,9 +93,9 @@ header telemetry_h {
 }
 #define TELEMETRY_FRAME_BYTES 58  /* Ethernet (14) + record (44): what a clone is truncated to */
 
-/* Digest to the controller: a DDL burst started on a port (the paper's "start queue length"). */
+/* Digest to the controller: a DDL burst started on a port (the paper's "start queue length"). The
+ * switch it came from is the P4Runtime stream it arrives on. */
 struct burst_digest_t {
-    bit<16>   switch_id;
     bit<16>   port;
     bit<8>    job;
     time_us_t ts;
@@ -129,7 +129,7 @@ struct telemetry_meta_t {
 }
 
 struct metadata_t {
-    /* Set by the controller's switch_config default action. */
+    /* Set in egress by the port's mode (port_mode): the switch's telemetry settings. */
     @field_list(1) bit<16> switch_id;
     bit<32> telemetry_every;   /* clone 1 in N packets per port; 0: telemetry off */
     bit<32> telemetry_session; /* clone session to the collector port */

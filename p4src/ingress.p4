@@ -1,9 +1,11 @@
-/* Ingress: configuration, forwarding, traffic classes, burst-start detection from data packets and
- * digests, pcn-host announcements, and the per-port/class counters of packets handed to each egress queue. */
+/* Ingress: forwarding, traffic classes, burst-start detection from data packets and digests, pcn-host
+ * announcements, and the per-port/class counter of packets handed to each egress queue. Kept to what
+ * every packet needs: each table and primitive costs BMv2 per packet (bench/bench_dataplane.py). */
 #ifndef PCN_INGRESS_P4
 #define PCN_INGRESS_P4
 
 #include "forwarding.p4"
+#include "payload.p4"
 
 control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     /* Last DDL data packet seen per (egress port, job), for burst-start detection. */
@@ -11,22 +13,10 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     /* pcn-host: 1 while (egress port, job) has an announced burst that has not arrived. */
     register<bit<1>>(MAX_PORTS * MAX_JOBS) announced;
 
-    counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) rx_port_class;      /* by ingress port */
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) to_queue_port_class; /* by egress port */
 
     Forwarding() forwarding;
-
-    action set_switch_config(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session) {
-        meta.switch_id = switch_id;
-        meta.telemetry_every = telemetry_every;
-        meta.telemetry_session = telemetry_session;
-    }
-
-    /* No key: the controller sets the default action once per switch. */
-    table switch_config {
-        actions = { set_switch_config; }
-        default_action = set_switch_config(0, 0, 0);
-    }
+    PayloadLength() payload;
 
     /* A DDL job's packet, with how its bursts are told apart: G and the smallest payload that counts. */
     action set_ddl(bit<8> job, bit<32> burst_gap_us, bit<16> burst_min_payload) {
@@ -41,7 +31,19 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.job = 0;
     }
 
-    /* Which flows belong to which DDL job: filled from the experiment's job definitions. */
+    /* Which flows belong to which DDL job: every ordered pair of a job's hosts, an exact match (a hash
+     * lookup in BMv2, whatever the number of pairs) ... */
+    table ddl_pairs {
+        key = {
+            hdr.ipv4.src: exact @name("src");
+            hdr.ipv4.dst: exact @name("dst");
+        }
+        actions = { set_ddl; NoAction; }
+        default_action = NoAction();
+        size = 1024;
+    }
+
+    /* ... and classes by prefix, protocol or port range (searched in order: empty in experiments). */
     table traffic_class {
         key = {
             hdr.ipv4.src:      ternary @name("src");
@@ -64,29 +66,17 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     }
 
     apply {
-        switch_config.apply();
         forwarding.apply(hdr, std);
         if (!hdr.ipv4.isValid() || std.egress_spec >= MAX_PORTS) {
             return;  /* dropped, or not ours to measure */
         }
-        traffic_class.apply();
-        bit<32> slot_in = (bit<32>)std.ingress_port * 2 + (bit<32>)meta.traffic_class;
-        bit<32> slot_out = (bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class;
-        rx_port_class.count(slot_in);
-        to_queue_port_class.count(slot_out);
-
-        /* L4 payload: what is left of the IP packet after its own and the TCP (or UDP) header. */
-        bit<16> headers = ((bit<16>)hdr.ipv4.ihl) << 2;
-        if (hdr.tcp.isValid()) {
-            headers = headers + (((bit<16>)hdr.tcp.data_offset) << 2);
-        } else if (hdr.l4.isValid()) {
-            headers = headers + 8;
+        if (!ddl_pairs.apply().hit) {
+            traffic_class.apply();
         }
-        if (hdr.ipv4.total_len > headers) {
-            meta.payload_length = hdr.ipv4.total_len - headers;
-        }
+        to_queue_port_class.count((bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class);
 
         if (meta.traffic_class == CLASS_DDL) {
+            payload.apply(hdr, meta.payload_length);
             bit<32> port = (bit<32>)std.egress_spec;
             bit<32> idx = port * MAX_JOBS + (bit<32>)meta.job;
             time_us_t now = std.ingress_global_timestamp;
@@ -114,7 +104,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     meta.burst_start = 1;
                     bit<32> queue;
                     port_queue_left.read(queue, port);
-                    digest<burst_digest_t>(1, {meta.switch_id, (bit<16>)std.egress_spec, meta.job, now, queue});
+                    digest<burst_digest_t>(1, {(bit<16>)std.egress_spec, meta.job, now, queue});
                     if (pending == 1) {  /* pcn-host: the announced burst has arrived */
                         announced.write(idx, 0);
                         announced_jobs.write(port, jobs - 1);

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from pcnlab.errors import PcnLabError
+from pcnlab.errors import PcnLabError, UsageError
 
 
 def _cmd_doctor(args) -> int:
@@ -64,6 +64,11 @@ def _cmd_run(args) -> int:
 
     experiment = load_experiment(args.file, args.overrides)
     runs = experiment.runs()
+    from pcnlab.experiments.calibration import load_calibration, rate_warning
+
+    warning = rate_warning(runs, load_calibration())
+    if warning:
+        print(warning)
     if args.dry_run:
         print(f"{experiment.name}: {len(runs)} run(s), valid")
         for run in runs:
@@ -79,11 +84,30 @@ def _cmd_run(args) -> int:
     return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
 
 
-def _cmd_report(args) -> int:
-    from pcnlab.experiments.analysis import format_table, run_dirs, summarise
+def _cmd_calibrate(args) -> int:
+    from pcnlab.experiments.calibrate import calibrate
+    from pcnlab.toolchain import require_root
 
-    rows = summarise(run_dirs(Path(args.dir)))
-    print(format_table(rows, markdown=args.markdown))
+    if args.max_workers < 0 or args.seconds <= 0 or args.rate <= 0:
+        raise UsageError("--max-workers must be 0 or more, --seconds and --rate above 0")
+    require_root()
+    calibrate(Path(args.results), rate_mbps=args.rate, max_workers=args.max_workers, seconds=args.seconds,
+              compute_ms=args.compute_ms, out=Path(args.out) if args.out else None)
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from pcnlab.experiments.report import run_report
+
+    run_report(Path(args.dir), baseline=args.baseline, include_untrusted=args.include_untrusted,
+               markdown=args.markdown)
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from pcnlab.export import export_parquet
+
+    export_parquet(Path(args.dir), Path(args.parquet))
     return 0
 
 
@@ -128,10 +152,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="results folder (default: results)")
     p.set_defaults(func=_cmd_run)
 
+    p = sub.add_parser("calibrate", help="measure what this machine sustains: packets/s through one BMv2 "
+                       "switch, its idle lag, PyTorch workers beside it (a few minutes)")
+    p.add_argument("--rate", type=float, default=20.0, help="the port rate the workers step checks, Mbit/s "
+                   "(default: 20)")
+    p.add_argument("--max-workers", type=int, default=6, help="most PyTorch workers to try (default: 6)")
+    p.add_argument("--compute-ms", type=float, default=0.0, help="the workers' compute_ms (default: 0, as "
+                   "fast as they go)")
+    p.add_argument("--seconds", type=float, default=3.0, help="length of each load step (default: 3)")
+    p.add_argument("--out", help="calibration file (default: $PCNLAB_CALIBRATION or /var/lib/pcnlab/calibration.json)")
+    p.add_argument("--results", default="results", help="where the steps' run folders go (default: results)")
+    p.set_defaults(func=_cmd_calibrate)
+
     p = sub.add_parser("report", help="compare the runs of a finished experiment (never re-runs)")
     p.add_argument("dir", help="results/<experiment>[/<timestamp>|/latest] or a run folder")
+    p.add_argument("--baseline", metavar="POINT", help="a sweep point as in run names, e.g. mode=droptail: "
+                   "every point's difference to it (Δ, Δ %%, 95 %% interval by Welch's t)")
+    p.add_argument("--include-untrusted", action="store_true", help="count runs whose fidelity check failed "
+                   "(fidelity.json: trusted false); by default they are left out and counted")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("export", help="a run's or an experiment's tables (pcnlab.results) as Parquet files")
+    p.add_argument("dir", help="results/<experiment>[/<timestamp>|/latest] or a run folder")
+    p.add_argument("--parquet", required=True, metavar="OUT", help="folder to write queue, iterations, events, "
+                   "flows, iteration_table and metrics .parquet into (a `run` column tells the runs apart)")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("queues", help="a run's switch queue log, zoomed on an iteration")
     p.add_argument("dir", help="a run folder")

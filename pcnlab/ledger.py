@@ -165,12 +165,14 @@ class CleanReport:
     killed: list[str] = field(default_factory=list)
     removed_interfaces: list[str] = field(default_factory=list)
     removed_files: list[str] = field(default_factory=list)
+    marked_killed: bool = False     # its status.json said running: now killed
 
     def summary(self) -> str:
         parts = [f"{len(self.killed)} processes", f"{len(self.removed_interfaces)} interfaces"]
         if self.removed_files:
             parts.append(f"{len(self.removed_files)} files")
-        return f"run {self.run_id}: removed " + ", ".join(parts)
+        marked = "; status.json marked killed" if self.marked_killed else ""
+        return f"run {self.run_id}: removed " + ", ".join(parts) + marked
 
 
 def stale_ledgers(state_dir: Path = DEFAULT_STATE_DIR) -> list[tuple[Path, LedgerData | None]]:
@@ -250,7 +252,10 @@ def is_running(pid: int, start: int | None) -> bool:
 
 
 def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
-    """Clean every dead run; concurrent cleaners take turns, so each dead run is cleaned once, whole."""
+    """Clean every dead run; concurrent cleaners take turns, so each dead run is cleaned once, whole.
+    A dead run still "running" in its status.json is marked "killed", with when it was found."""
+    from pcnlab.experiments.rundir import write_status  # the run folder's module owns status.json
+
     reports = []
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(state_dir / ".clean.lock", "w") as lock:
@@ -258,5 +263,18 @@ def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
         for entry, data in stale_ledgers(state_dir):
             if data is not None:
                 reports.append(clean_ledger(data))
+                reports[-1].marked_killed = _status_of(Path(data.run_dir)) == "running"
+                if reports[-1].marked_killed:
+                    write_status(Path(data.run_dir), "killed", {
+                        "found_dead": time.time(),
+                        "error": f"its process (pid {data.owner_pid}) died before the run ended; found and "
+                                 "cleaned up by pcnlab clean or the next run"})
             entry.unlink(missing_ok=True)
     return reports
+
+
+def _status_of(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "status.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -14,6 +14,15 @@ from mininet.topo import Topo
 
 from pcnlab.errors import UsageError
 
+# The address plan, 10.0.0.0/16: host hN is 10.0.N/256.N%256 (MAC 00:00:00:00:N/256:N%256), below
+# 10.0.254.0, where the monitor host of switch sN is 10.0.254.N (MAC 00:00:00:00:fe:N).
+PLAN_HOSTS = 254 * 256 - 1      # h1..h65023
+PLAN_SWITCHES = 255             # m1..m255
+# What one machine holds: each host is a shell in a network namespace of its own (3-4 MB each), each
+# switch a BMv2 process; each switch routes every host (ipv4_routes: 1024 entries, p4src/forwarding.p4).
+MAX_HOSTS = min(PLAN_HOSTS, 1000)
+MAX_SWITCHES = min(PLAN_SWITCHES, 64)
+
 
 class PcnTopo(Topo):
     """A Topo that numbers its hosts and records the role each plays."""
@@ -30,6 +39,9 @@ class PcnTopo(Topo):
     def add_host(self, role: str) -> str:
         self._host_count += 1
         n = self._host_count
+        if n > MAX_HOSTS:
+            raise UsageError(f"more than {MAX_HOSTS} hosts: one machine runs at most {MAX_HOSTS} (each is a shell in "
+                             "a network namespace of its own, and every switch routes every host); use fewer")
         name = f"h{n}"
         self.addHost(name, ip=f"10.0.{n // 256}.{n % 256}/16", mac=f"00:00:00:00:{n // 256:02x}:{n % 256:02x}")
         self.roles.setdefault(role, []).append(name)
@@ -37,6 +49,9 @@ class PcnTopo(Topo):
 
     def add_switch(self) -> str:
         self._switch_count += 1
+        if self._switch_count > MAX_SWITCHES:
+            raise UsageError(f"more than {MAX_SWITCHES} switches: one machine runs at most {MAX_SWITCHES} (each is "
+                             "a BMv2 process of its own); use fewer")
         name = f"s{self._switch_count}"
         self.addSwitch(name, dpid=f"{self._switch_count:016x}")
         return name

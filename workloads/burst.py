@@ -20,20 +20,18 @@ RTT, or --pcn-lead-us) ahead; see netutil.PCN_START_DSCP.
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import socket
 import struct
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from pcnlab.workloads.announce import announce_socket, send_announcement, start_listener
 from pcnlab.workloads.config import BurstConfig, as_dict, parse_config
 from pcnlab.workloads.joblog import JsonLog
-from pcnlab.workloads.netutil import (PCN_START_TOS, check_cc, connect_retry, listen, recv_exact, set_cc,
-                                      tcp_info)
+from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, set_cc, tcp_info
 
 HEADER = struct.Struct("!QQ")  # iteration, payload bytes
 HELLO = struct.Struct("!Q")    # the worker's rank, once per connection
@@ -97,20 +95,7 @@ def _reply_bytes(cfg: BurstConfig) -> int:
 
 def _announce_listener(cfg: BurstConfig, log: JsonLog, bind_addr: str) -> None:
     """Absorb (and log) PCN-START datagrams, so they cost the host no ICMP port-unreachable."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((bind_addr, cfg.port))
-
-    def loop():
-        while True:
-            data, peer = s.recvfrom(2048)
-            try:
-                info = json.loads(data)
-            except ValueError:
-                info = {}
-            log.write(type="announce", direction="received", monotonic_ns=time.monotonic_ns(),
-                      src=peer[0], **{k: info.get(k) for k in ("rank", "iter", "bytes", "lead_us")})
-
-    threading.Thread(target=loop, daemon=True).start()
+    start_listener(log, bind_addr, cfg.port)
 
 
 class _Pacer:
@@ -138,12 +123,8 @@ def _sleep_until(t_ns: int) -> None:
 
 
 def _announce(cfg: BurstConfig, log: JsonLog, udp: socket.socket, dst: str, it: int, lead_us: float) -> int:
-    msg = json.dumps({"job": cfg.job, "rank": cfg.rank, "iter": it, "bytes": cfg.burst_bytes,
-                      "lead_us": round(lead_us)}).encode()
-    sent = time.monotonic_ns()
-    udp.sendto(msg, (dst, cfg.port))
-    log.write(type="announce", direction="sent", monotonic_ns=sent, iter=it, lead_us=round(lead_us), dst=dst)
-    return sent
+    return send_announcement(udp, log, dst, cfg.port, job=cfg.job, rank=cfg.rank, it=it, nbytes=cfg.burst_bytes,
+                             lead_us=lead_us)
 
 
 def _wait_and_announce(cfg, log, pacer, udp, data_sock, dst, it, answered_ns) -> tuple[int, int | None]:
@@ -159,11 +140,7 @@ def _wait_and_announce(cfg, log, pacer, udp, data_sock, dst, it, answered_ns) ->
 
 
 def _udp(cfg: BurstConfig) -> socket.socket | None:
-    if not cfg.pcn_start:
-        return None
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, PCN_START_TOS)
-    return u
+    return announce_socket() if cfg.pcn_start else None
 
 
 def _ps(cfg: BurstConfig, log: JsonLog) -> None:

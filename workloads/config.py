@@ -30,9 +30,10 @@ class TrainConfig:
     master_addr: str = "127.0.0.1"   # rank 0's address: gloo's rendezvous store
     master_port: int = 29500
     iface: str = ""                  # GLOO_SOCKET_IFNAME (inside a Mininet host: <host>-eth0; required there)
-    model: str = "mlp"               # mlp | cnn | profile:resnet50 | profile:vgg16 | profile:bert-base
+    model: str = "mlp"               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
     profile_scale: float = 0.01      # gradient profiles: each layer's size times this
     iterations: int = 10
+    eval_every: int = 10             # real models: test accuracy every this many iterations and at the end (0: end)
     batch: int = 32
     lr: float = 0.05
     momentum: float = 0.0
@@ -42,6 +43,10 @@ class TrainConfig:
     timeout_s: float = 120.0         # gloo's timeout for rendezvous and every collective
     log: str = "rank.jsonl"
     dump_dir: str = ""               # write the tensors of every iteration here (tests; small models)
+    addr: str = ""                   # this rank's address (where it absorbs PCN-START datagrams)
+    peers: str = ""                  # every rank's address in rank order, comma-separated
+    pcn_start: bool = False          # announce each iteration's communication one RTT ahead (PCN_START_DSCP)
+    pcn_lead_us: float = 0.0         # the lead; 0 = the smoothed RTT of gloo's connection to the destination
     job: str = "job"
     host: str = ""
 

@@ -36,8 +36,8 @@ from typing import Sequence
 from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.workloads.config import BURST_PATTERNS, BurstConfig, FlowConfig, TrainConfig, to_argv
 from pcnlab.workloads.joblog import read_log
+from pcnlab.workloads.catalog import DIGITS_MODELS, check_model
 from pcnlab.workloads.netutil import check_cc
-from pcnlab.workloads.profiles import scaled
 
 JOB_KINDS = ("ps", "ring", "burst")
 STOP_GRACE_S = 2.0
@@ -61,12 +61,13 @@ class JobSpec:
     iterations: int = 10
     compute_ms: float = 0.0
     # PyTorch jobs
-    model: str = "mlp"               # mlp | cnn | profile:resnet50 | profile:vgg16 | profile:bert-base
+    model: str = "mlp"               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
     profile_scale: float = 0.01
     batch: int = 32
     lr: float = 0.05
     momentum: float = 0.0
     bucket_mb: float = 25.0
+    eval_every: int = 10             # real models: test accuracy every this many iterations and at the end
     dump_tensors: bool = False       # write every iteration's tensors to jobs/<job>/tensors (small models)
     # the burst generator
     pattern: str = "ps"
@@ -74,7 +75,7 @@ class JobSpec:
     reply_bytes: int | None = None   # None: burst_bytes
     period_ms: float = 0.0
     jitter_ms: float = 0.0
-    pcn_start: bool = False
+    pcn_start: bool = False          # every job kind: announce each burst (PCN-START) one lead ahead
     pcn_lead_us: float = 0.0         # 0: one smoothed RTT
     # transport
     cc: str | None = None            # burst: per socket; torch jobs: the hosts' default (sysctl)
@@ -108,7 +109,9 @@ class JobSpec:
         if self.kind == "burst" and self.pattern == "ring" and len(set(self.workers)) != len(self.workers):
             raise UsageError(f"job {self.name!r}: a generator ring needs distinct worker hosts")
         if self.kind != "burst":
-            _check_model(self.model, self.profile_scale)
+            check_model(self.model, self.profile_scale)
+        if self.eval_every < 0:
+            raise UsageError(f"job {self.name!r}: eval_every must be 0 (only at the end) or more")
 
     @property
     def comm_pattern(self) -> str:
@@ -127,15 +130,6 @@ class FlowSpec:
     interval_ms: float = 100.0
     port: int = 0
     name: str = ""                   # default: <src>-<dst>[-n]
-
-
-def _check_model(name: str, profile_scale: float) -> None:
-    """The model names models.py builds, checked without importing PyTorch."""
-    if name.startswith("profile:"):
-        scaled(name.split(":", 1)[1], profile_scale)
-    elif name not in ("mlp", "cnn"):
-        raise UsageError(f"unknown model {name!r}; choose one of mlp, cnn, profile:resnet50, profile:vgg16, "
-                         f"profile:bert-base")
 
 
 # --- where to run -------------------------------------------------------------------------------
@@ -481,12 +475,17 @@ def start_job(net, ledger, spec: JobSpec, run_dir: Path) -> JobHandle:
         raise UsageError(f"job {spec.name!r} already ran in {run_dir}; give each job of a run its own name")
     folder.mkdir(parents=True)
     _apply_host_settings(hosts, state, owner, todo)
+    if spec.kind != "burst" and spec.model in DIGITS_MODELS:
+        from pcnlab.workloads.datasets import ensure_digits
+
+        ensure_digits()  # once here, so the processes read the cached copy instead of importing sklearn
     port = _ports(hosts, state, spec.port, 1)[0]
     placements = _placements(spec)
     procs = []
     for label, rank, host in placements:
         base = f"{label}-{host}"
-        cfg = _process_config(spec, hosts, label, rank, host, port, folder / f"{base}.jsonl", folder)
+        cfg = _process_config(spec, hosts, label, rank, host, port, folder / f"{base}.jsonl", folder,
+                              ",".join(hosts.ip(h) for _, _, h in placements))
         module = "burst" if spec.kind == "burst" else spec.kind
         procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), _python_module(module) + to_argv(cfg),
                                      folder / f"{base}.jsonl", folder / f"{base}.out"))
@@ -494,6 +493,8 @@ def start_job(net, ledger, spec: JobSpec, run_dir: Path) -> JobHandle:
     try:
         for p in procs:
             handle._start(hosts, ledger, p, folder / f"{p.label}-{p.host}", hosts.iface(p.host))
+            if spec.kind != "burst":
+                _wait_until_imported(p, spec.timeout_s)
     except BaseException:
         handle.stop()
         raise
@@ -502,6 +503,21 @@ def start_job(net, ledger, spec: JobSpec, run_dir: Path) -> JobHandle:
         "processes": [{"label": p.label, "rank": p.rank, "host": p.host, "ip": p.ip, "pid": p.pid,
                        "log": p.log.name, "argv": p.argv} for p in procs]}, indent=1))
     return handle
+
+
+def _wait_until_imported(proc: WorkloadProcess, timeout_s: float) -> None:
+    """PyTorch ranks start one at a time: each once the previous one has imported PyTorch (its log's
+    anchor line is written after the import). Importing it takes a core for about a second; N ranks
+    importing at once would leave a 2-core machine no idle time (and the run untrusted) while the
+    switches already carry background traffic. A rank that ends first is left to JobHandle.check()."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.popen.poll() is None:
+        try:
+            if proc.log.stat().st_size > 0:
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
 
 
 def _placements(spec: JobSpec) -> list[tuple[str, int, str]]:
@@ -515,7 +531,7 @@ def _placements(spec: JobSpec) -> list[tuple[str, int, str]]:
 
 
 def _process_config(spec: JobSpec, hosts: _Hosts, label: str, rank: int, host: str, port: int,
-                    log: Path, folder: Path):
+                    log: Path, folder: Path, peers: str = ""):
     if spec.kind == "burst":
         return BurstConfig(
             role="ps" if label == "ps" else "worker", pattern=spec.pattern, rank=max(rank, 0),
@@ -533,7 +549,8 @@ def _process_config(spec: JobSpec, hosts: _Hosts, label: str, rank: int, host: s
         profile_scale=spec.profile_scale, iterations=spec.iterations, batch=spec.batch, lr=spec.lr,
         momentum=spec.momentum, compute_ms=spec.compute_ms, bucket_mb=spec.bucket_mb, seed=spec.seed,
         timeout_s=spec.timeout_s, log=str(log), dump_dir=str(folder / "tensors") if spec.dump_tensors else "",
-        job=spec.name, host=host)
+        eval_every=spec.eval_every, addr=hosts.ip(host), peers=peers, pcn_start=spec.pcn_start,
+        pcn_lead_us=spec.pcn_lead_us, job=spec.name, host=host)
 
 
 def start_flows(net, ledger, flows: Sequence[FlowSpec], run_dir: Path, name: str = "background") -> FlowsHandle:

@@ -8,15 +8,23 @@ shard averages the workers' gradients, takes the optimizer step and sends the ne
 A shard's log: comm_start_ns when it posts its receives (so it includes the workers' compute),
 recv_end_ns when every worker's gradient is in, compute (averaging and the step) up to send_start_ns,
 comm_end_ns when gloo has sent the parameters to every worker.
+
+Test accuracy (real models; every eval_every iterations and after the last) is measured by the PS
+after it has sent the parameters, while the workers compute, and logged in its iteration record
+(`accuracy`, `test_loss`). With several shards no one shard holds the model, so the first worker
+measures it after receiving the parameters. With pcn_start each worker announces its gradients to
+every shard one RTT before sending them (announce.py); the shards absorb the announcements.
 """
 
 from __future__ import annotations
 
 import time
 
+from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.config import TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
-from pcnlab.workloads.training import Dumper, digest, flat, run_main, setup_process, timed_compute, unflatten_into
+from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
+                                       peers, run_main, setup_process, timed_compute, unflatten_into)
 
 
 def shard_of_params(sizes: list[int], shards: int) -> list[list[int]]:
@@ -37,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(cfg: TrainConfig, log) -> None:
+    if cfg.role() == "ps":
+        absorb_announcements(cfg, log)
     torch, dist = setup_process(cfg)
     model = build_model(cfg.model, cfg.seed, cfg.profile_scale)
     names, params = zip(*model.named_parameters())
@@ -45,13 +55,15 @@ def _run(cfg: TrainConfig, log) -> None:
     dump = Dumper(cfg)
     if not workers:
         raise ValueError("a parameter-server job needs at least one worker rank")
+    evaluator = cfg.rank == (0 if cfg.servers == 1 else cfg.servers)
+    test = Task(cfg.model, cfg.seed, train=False) if evaluator and not is_profile(cfg.model) else None
     if cfg.role() == "ps":
-        _serve(cfg, log, torch, dist, names, params, shards[cfg.rank], workers, dump)
+        _serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)
     else:
-        _work(cfg, log, torch, dist, model, names, params, shards, dump)
+        _work(cfg, log, torch, dist, model, names, params, shards, dump, test)
 
 
-def _serve(cfg, log, torch, dist, names, params, mine, workers, dump) -> None:
+def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test) -> None:
     own = [params[i] for i in mine]
     optimizer = torch.optim.SGD(own, lr=cfg.lr, momentum=cfg.momentum)
     size = sum(p.numel() for p in own)
@@ -80,7 +92,7 @@ def _serve(cfg, log, torch, dist, names, params, mine, workers, dump) -> None:
         log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
                       comm_end_ns=comm_end, recv_end_ns=recv_end, send_start_ns=step_end,
                       bytes_sent=4 * size * len(workers), bytes_recv=4 * size * len(workers), loss=None,
-                      params_sha=digest(own))
+                      params_sha=digest(own), **held_out_accuracy(cfg, model, test, it))
 
 
 def _offsets(tensors) -> list[int]:
@@ -91,14 +103,17 @@ def _offsets(tensors) -> list[int]:
     return offsets
 
 
-def _work(cfg, log, torch, dist, model, names, params, shards, dump) -> None:
-    task = None if cfg.model.startswith("profile:") else Task(cfg.model, cfg.seed)
+def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> None:
+    task = None if is_profile(cfg.model) else Task(cfg.model, cfg.seed, shard=cfg.rank - cfg.servers,
+                                                   shards=cfg.world - cfg.servers)
     dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
     per_shard = [[params[i] for i in owned] for owned in shards]
     received = [torch.zeros(sum(p.numel() for p in ps)) for ps in per_shard]
+    ann = announcer(cfg, log, peers(cfg)[:cfg.servers], 4 * sum(p.numel() for p in params))
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
-                                                                     cfg.seed))
+                                                                     cfg.seed),
+                                     announce=(lambda t: ann.before(t, it)) if ann else None)
         comm_start = time.monotonic_ns()
         outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
         reqs = [dist.isend(g, dst=s, tag=it) for s, g in enumerate(outgoing)]
@@ -114,7 +129,8 @@ def _work(cfg, log, torch, dist, model, names, params, shards, dump) -> None:
         nbytes = 4 * sum(g.numel() for g in outgoing)
         log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
                       comm_end_ns=comm_end, bytes_sent=nbytes, bytes_recv=nbytes, loss=loss,
-                      params_sha=digest(params))
+                      params_sha=digest(params), **({"announce_ns": ann.last_ns} if ann else {}),
+                      **held_out_accuracy(cfg, model, test, it))
 
 
 if __name__ == "__main__":

@@ -3,15 +3,22 @@
 Every rank is a worker: real gradients on its own batch, then `torch.distributed.all_reduce` (gloo's
 ring) over buckets of gradients filled in backward order up to `bucket_mb`, like DDP, divided by the
 world size; then the same optimizer step on every replica.
+
+Rank 0 measures test accuracy (real models; every eval_every iterations and after the last) after its
+step and logs it in its iteration record (`accuracy`, `test_loss`). With pcn_start every rank
+announces its communication to its ring successor (rank + 1, where gloo's ring sends) one RTT ahead
+(announce.py), and absorbs its predecessor's announcements.
 """
 
 from __future__ import annotations
 
 import time
 
+from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.config import TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
-from pcnlab.workloads.training import Dumper, digest, flat, run_main, setup_process, timed_compute, unflatten_into
+from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
+                                       peers, run_main, setup_process, timed_compute, unflatten_into)
 
 
 def buckets(sizes: list[int], bucket_mb: float) -> list[list[int]]:
@@ -38,10 +45,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(cfg: TrainConfig, log) -> None:
+    absorb_announcements(cfg, log)
     torch, dist = setup_process(cfg)
     model = build_model(cfg.model, cfg.seed, cfg.profile_scale)
     names, params = zip(*model.named_parameters())
-    task = None if cfg.model.startswith("profile:") else Task(cfg.model, cfg.seed)
+    task = None if is_profile(cfg.model) else Task(cfg.model, cfg.seed, shard=cfg.rank, shards=cfg.world)
+    test = task if cfg.rank == 0 else None
+    addresses = peers(cfg)
+    successor = [addresses[(cfg.rank + 1) % cfg.world]] if addresses else []
+    ann = announcer(cfg, log, successor, 4 * sum(p.numel() for p in params))
     optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
     plan = [[params[i] for i in b] for b in buckets([p.numel() for p in params], cfg.bucket_mb)]
     dump = Dumper(cfg)
@@ -49,7 +61,8 @@ def _run(cfg: TrainConfig, log) -> None:
     n = cfg.world
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
-                                                                     cfg.seed))
+                                                                     cfg.seed),
+                                     announce=(lambda t: ann.before(t, it)) if ann else None)
         dump(f"w{cfg.rank}_it{it}_grad", {nm: p.grad for nm, p in zip(names, params)})
         comm_start = time.monotonic_ns()
         flats = [flat([p.grad for p in bucket]) for bucket in plan]
@@ -66,7 +79,8 @@ def _run(cfg: TrainConfig, log) -> None:
         ring_bytes = round(2 * (n - 1) / n * size)  # what a ring all-reduce moves per rank, each way
         log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
                       comm_end_ns=comm_end, bytes_sent=ring_bytes, bytes_recv=ring_bytes, loss=loss,
-                      buckets=len(plan), params_sha=digest(params))
+                      buckets=len(plan), params_sha=digest(params),
+                      **({"announce_ns": ann.last_ns} if ann else {}), **held_out_accuracy(cfg, model, test, it))
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ RATE_PPS = 1000
 PERIOD_MS = 200
 
 
-def _send_bursts(net, ledger, iterations: int):
-    h2, h3 = net.host("h2"), net.host("h3")
-    proc = h2.popen([sys.executable, SENDER, "h2-eth0", h3.MAC(), h2.IP(), h3.IP(), "--period-ms",
-                     str(PERIOD_MS), "--burst", "30", "--iterations", str(iterations)], text=True)
+def _send_bursts(net, ledger, iterations: int, src: str = "h2", dst: str = "h3", period_ms: float = PERIOD_MS):
+    h2, h3 = net.host(src), net.host(dst)
+    proc = h2.popen([sys.executable, SENDER, f"{src}-eth0", h3.MAC(), h2.IP(), h3.IP(), "--period-ms",
+                     str(period_ms), "--burst", "30", "--iterations", str(iterations)], text=True)
     ledger.add_process(proc.pid, "periodic sender")
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -125,3 +125,82 @@ def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
                 proc.terminate()
                 proc.wait()
             events.close()
+
+
+@needs_bmv2
+@pytest.mark.slow
+def test_two_jobs_a_pause_and_a_new_period_keep_being_predicted(run_folder):
+    """Job 1 bursts every 200 ms, pauses, comes back every 150 ms; job 2 bursts every 330 ms throughout,
+    into the same port behind a TCP background flow. After a few iterations of each phase, the bursts of
+    both jobs meet windows written before them, and no window outlives its end in the switch's table."""
+    topo = make_topology("star", hosts=4, monitors=True)
+    with PcnNetwork(topo, run_folder.path, run_folder.ledger, NetworkOptions(switch="bmv2")) as net:
+        endpoint = net.endpoints()[0]
+        port = next(p for p, peer in endpoint.ports.items() if peer == "h4")
+        endpoint = dataclasses.replace(endpoint, queues=(PortQueue(port, RATE_PPS, 100),))
+        classes = tuple(FlowClass(job=j, src=f"{net.host(h).IP()}/32", burst_gap_us=20_000)
+                        for j, h in ((1, "h2"), (2, "h3")))
+        dataplane = DataPlaneConfig(switch_id=1, classes=classes, modes={port: PortMode("pcn", k=40, k_pre=5)})
+        controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": dataplane})
+        events = EventLog(run_folder.path / "events.jsonl")
+        PcnScheduler(controller, events, PlannerConfig(k_pre=5, rate_pps=RATE_PPS, guard_us=5000))
+        h1, h4 = net.host("h1"), net.host("h4")
+        server = h4.popen(["iperf3", "-s", "-p", "5201"])
+        run_folder.ledger.add_process(server.pid, "iperf3 server")
+        time.sleep(0.3)
+        background = h1.popen(["iperf3", "-c", h4.IP(), "-p", "5201", "-t", "40"])
+        run_folder.ledger.add_process(background.pid, "iperf3 client")
+        stale: list = []
+        try:
+            with ControllerThread(controller) as thread:
+                time.sleep(1.5)  # the background's queue stands
+                other = _send_bursts(net, run_folder.ledger, 40, src="h3", dst="h4", period_ms=330)
+                first = _send_bursts(net, run_folder.ledger, 14, src="h2", dst="h4", period_ms=200)
+                first.wait(30)
+                time.sleep(1.0)  # job 1 pauses: its windows must go, and none may linger past its end
+
+                async def windows_in_the_table():
+                    return [e async for e in controller.switches["s1"].read(fy.P4TableEntry("predrain_windows"))]
+
+                from pcnlab.controller.thrift_runtime import SwitchThrift
+
+                with SwitchThrift(endpoint.thrift_port) as thrift:
+                    entries = thread.call(windows_in_the_table(), 10)
+                    now_us = thrift.elapsed_us()
+                for entry in entries:
+                    value = entry.match["now_us"]  # a range, read back as (low, high)
+                    end = value[1] if isinstance(value, tuple) else int(str(value).split("...")[1])
+                    if end < now_us - 100_000:  # expired entries are removed within a scheduler tick
+                        stale.append((end, now_us))
+                second = _send_bursts(net, run_folder.ledger, 14, src="h2", dst="h4", period_ms=150)
+                second.wait(30)
+                other.wait(30)
+            log = read_events(run_folder.path / "events.jsonl")
+        finally:
+            for proc in (background, server):
+                proc.terminate()
+                proc.wait()
+            events.close()
+    assert not stale, stale
+    starts = [e for e in log if e["event"] == "report" and e["kind"] != "sub-burst"]
+    assert len([e for e in starts if e["job"] == 1]) == 28 and len([e for e in starts if e["job"] == 2]) >= 20
+    # Coverage per job, after the first 5 iterations of each of job 1's phases and of job 2.
+    job1 = [e for e in starts if e["job"] == 1]
+    resumed = next(i for i, (a, b) in enumerate(zip(job1, job1[1:]), 1) if b["t_us"] - a["t_us"] > 800_000)
+    for name, reports in (("job 1 at 200 ms", job1[5:resumed]), ("job 1 at 150 ms", job1[resumed + 5:]),
+                          ("job 2", [e for e in starts if e["job"] == 2][5:])):
+        covered = _covered_in_time(log, reports)
+        assert covered >= 0.9 * len(reports), (name, covered, len(reports))
+
+
+def _covered_in_time(events: list[dict], reports: list[dict]) -> int:
+    """How many of these burst starts fell inside a window of their job armed before them."""
+    clocks = [e for e in events if e["event"] == "clock"]
+    arms = [e for e in events if e["event"] == "arm"]
+    hit = 0
+    for report in reports:
+        clock = min(clocks, key=lambda c: abs(c["host_ns"] - report["host_ns"]))
+        at_host_ns = clock["host_ns"] + (report["t_us"] - clock["switch_us"]) * 1000
+        hit += any(a["job"] == report["job"] and a["start_us"] <= report["t_us"] < a["end_us"]
+                   and a["host_ns"] < at_host_ns for a in arms)
+    return hit

@@ -21,7 +21,7 @@ from pcnlab.topologies.topos import TOPOLOGIES
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "experiments"
 MALFORMED = Path(__file__).resolve().parent / "malformed"
-SHIPPED = ["smoke", "pcn-vs-baseline", "ring-vs-ps", "burstiness", "scaling"]
+SHIPPED = ["smoke", "pcn-back-to-back", "ring-vs-ps", "burstiness", "scaling"]
 
 
 def _write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
@@ -60,15 +60,15 @@ def test_shipped_experiment_loads_and_expands(name):
 
 def test_shipped_run_counts_and_names():
     counts = {name: len(load_experiment(EXPERIMENTS / f"{name}.yaml").runs()) for name in SHIPPED}
-    assert counts == {"smoke": 2, "pcn-vs-baseline": 12, "ring-vs-ps": 4, "burstiness": 6, "scaling": 4}
+    assert counts == {"smoke": 2, "pcn-back-to-back": 12, "ring-vs-ps": 4, "burstiness": 6, "scaling": 4}
     smoke = load_experiment(EXPERIMENTS / "smoke.yaml")
     assert [r.name for r in smoke.runs()] == ["mode=ecn", "mode=pcn"]
     assert smoke.runs()[0].duration_s <= 30 and smoke.runs()[0].switch.kind == "bmv2"
     assert any(j.kind == "generator" for j in smoke.runs()[0].jobs) and len(smoke.runs()[0].background) == 1
 
 
-def test_pcn_vs_baseline_is_the_papers_setup():
-    exp = load_experiment(EXPERIMENTS / "pcn-vs-baseline.yaml")
+def test_pcn_back_to_back_is_the_papers_topology():
+    exp = load_experiment(EXPERIMENTS / "pcn-back-to-back.yaml")
     runs = exp.runs()
     assert exp.repetitions == 3
     assert sorted({r.mode.kind for r in runs}) == ["droptail", "ecn", "pcn", "pcn-host"]
@@ -87,9 +87,9 @@ def test_pcn_vs_baseline_is_the_papers_setup():
 
 def test_scaling_takes_the_first_n_workers():
     runs = load_experiment(EXPERIMENTS / "scaling.yaml").runs()
-    assert [len(r.jobs[0].workers) for r in runs] == [1, 2, 4, 8]
+    assert [len(r.jobs[0].workers) for r in runs] == [1, 2, 4, 6]
     assert runs[1].jobs[0].workers == ("h2", "h3")
-    assert [r.name for r in runs] == ["workers=1", "workers=2", "workers=4", "workers=8"]
+    assert [r.name for r in runs] == ["workers=1", "workers=2", "workers=4", "workers=6"]
     assert runs[0].sweep == {"jobs.0.workers": 1}
 
 
@@ -120,7 +120,7 @@ def test_every_default_is_resolved(tmp_path):
             for i, v in enumerate(value):
                 no_none_but_rate(v, f"{path}.{i}")
         else:
-            assert value is not None or path.endswith((".rate", ".every")), path
+            assert value is not None or path.endswith((".rate", ".every", ".reference")), path
     no_none_but_rate(run.to_dict())
 
 
@@ -156,15 +156,15 @@ def test_job_spec_kwargs_match_the_launcher(tmp_path):
 
 def test_port_mode_kwargs_match_the_data_plane():
     dataplane = pytest.importorskip("pcnlab.controller.dataplane")
-    for run in load_experiment(EXPERIMENTS / "pcn-vs-baseline.yaml").runs():
+    for run in load_experiment(EXPERIMENTS / "pcn-back-to-back.yaml").runs():
         dataplane.PortMode(**run.mode.port_mode_kwargs())
 
 
 def test_planner_kwargs_match_the_controller(tmp_path):
     windows = pytest.importorskip("pcnlab.controller.windows")
-    run = load_experiment(EXPERIMENTS / "pcn-vs-baseline.yaml", ["mode.lead_us=3000"]).runs()[0]
+    run = load_experiment(EXPERIMENTS / "pcn-back-to-back.yaml", ["mode.lead_us=3000"]).runs()[0]
     assert windows.PlannerConfig(**run.mode.planner_kwargs()).lead_us == 3000
-    run = load_experiment(EXPERIMENTS / "pcn-vs-baseline.yaml").runs()[0]
+    run = load_experiment(EXPERIMENTS / "pcn-back-to-back.yaml").runs()[0]
     assert windows.PlannerConfig(**run.mode.planner_kwargs()).lead_us is None
 
 
@@ -188,10 +188,12 @@ sweep:
 """
     runs = load_experiment(_write(tmp_path, text)).runs()
     assert len(runs) == 2 * 2 * 2 * 2
+    # Repetitions outermost: every point of repetition 1 (first key slowest), then of repetition 2.
     assert runs[0].name == "mode=ecn,workers=2,bw=10,rep=1"
-    assert runs[1].name == "mode=ecn,workers=2,bw=10,rep=2"
+    assert runs[1].name == "mode=ecn,workers=2,bw=12.5,rep=1"
+    assert runs[8].name == "mode=ecn,workers=2,bw=10,rep=2"
     assert runs[-1].name == "mode=pcn,workers=4,bw=12.5,rep=2"
-    assert [r.seed for r in runs[:4]] == [10, 11, 10, 11]
+    assert [r.seed for r in runs] == [10] * 8 + [11] * 8 and [r.index for r in runs] == list(range(16))
     assert runs[-1].jobs[0].workers == ("h2", "h3", "h4", "h5") and runs[-1].topology.params["bw"] == 12.5
     assert runs[-1].sweep == {"mode": "pcn", "jobs.0.workers": 4, "topology.bw": 12.5}
     # stable: the same file gives the same names and seeds
@@ -242,7 +244,7 @@ def test_sweep_of_host_lists_is_named_by_its_hosts(tmp_path):
 # --- overrides -----------------------------------------------------------------------------------
 
 def test_overrides_set_values_and_fix_swept_keys():
-    exp = load_experiment(EXPERIMENTS / "pcn-vs-baseline.yaml",
+    exp = load_experiment(EXPERIMENTS / "pcn-back-to-back.yaml",
                           ["mode=pcn", "repetitions=1", "mode.K_pre=5", "duration_s=10", "telemetry=off",
                            "jobs.0.workers=[h2, h7]"])
     runs = exp.runs()

@@ -39,6 +39,7 @@ jobs:
     ps: h4
     workers: [h1, h2]
     burst_bytes: 30000
+    reply_bytes: 0
     period_ms: 300
     iterations: 12
     burst_gap_us: 20000
@@ -105,7 +106,7 @@ def _check_iterations_against_the_raw_queue_log(run: Path, metrics: dict) -> Non
     at = raw[(raw["port"] == metrics["bottleneck"]["port"]) & (raw["class"] == "ddl")]
     acks = at[at["payload_bytes"] == 0]
     data = at[at["payload_bytes"] >= 64].sort_values(["ingress_us", "seq"])  # the 8-byte hellos are not
-    assert len(acks) > 100, "the workers' ACKs of the PS's answers cross this port"
+    assert len(acks) > 0, "the workers' ACKs of the PS's answers cross this port too"
     starts = data[data["ingress_us"].diff().fillna(1e9) > 100_000]
     # Every iteration the workers ran inside the log (all 12 here, the run outlasts the job) ...
     assert abs(len(table) - 12) <= 1 and len(starts) == len(table)
@@ -114,6 +115,20 @@ def _check_iterations_against_the_raw_queue_log(run: Path, metrics: dict) -> Non
     assert list(table["start_queue"]) == list(starts["enq_qdepth"])
     # Only data counts: 2 workers x ceil(30016 / 1448) = 42 segments an iteration (more if retransmitted).
     assert table["packets"].sum() == len(data) and (table["packets"] >= 42).all()
+    # Towards the workers only the PS's ACKs and its empty answers (a 16-byte header) flow: DDL packets
+    # there, but none with data enough to start a burst, so the switch reported none there.
+    workers = {int(metrics_port) for metrics_port in _ports_towards(run, ("h1", "h2"))}
+    towards = raw[raw["port"].isin(workers) & (raw["class"] == "ddl")]
+    assert len(towards) > 100 and (towards["payload_bytes"] < 64).all()
+    reports = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    reports = [e for e in reports if e["event"] == "report" and e["switch"] == "s1"]
+    assert reports and not [e for e in reports if e["port"] in workers]
+
+
+def _ports_towards(run: Path, hosts) -> list[int]:
+    endpoints = json.loads((run / "endpoints.json").read_text())
+    s1 = next(ep for ep in endpoints if ep["name"] == "s1")
+    return [int(p) for p, peer in s1["ports"].items() if peer in hosts]
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from conftest import needs_mininet
@@ -58,6 +59,8 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
             assert any("simple_switch_grpc" in p.what for p in data.processes)
         assert _mine_alive(data)
 
+        before = json.loads((run_dir / "status.json").read_text())
+        assert before["status"] == "running"
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         # Everything of the run is still there after the crash...
@@ -83,7 +86,12 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
         assert ifindex("s9-eth1") is not None and ifindex("pcntest1") is not None
         again = subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True, text=True)
         assert "nothing to clean" in again.stdout
-        assert json.loads((run_dir / "status.json").read_text())["status"] == "running"  # it never finished
+        # It never finished: whoever cleaned it (this clean, or a run that started meanwhile) marked it
+        # killed, with when it was found, and kept what the run had written there.
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["status"] == "killed", status
+        assert before["started"] <= status["found_dead"] <= time.time() and status["started"] == before["started"]
+        assert status["host"] == before["host"] and str(child.pid) in status["error"]
     finally:
         if child is not None and child.poll() is None:  # a failed assertion must not leave the network (and its lock) behind
             child.kill()

@@ -1,0 +1,327 @@
+"""The sweep report: `pcnlab report DIR [--baseline POINT]`, and the report.md, summary.json and plots
+of a sweep folder. Reads run folders only (through pcnlab.results); never re-runs anything.
+
+Runs are grouped by sweep point (the run's name without `,rep=N`). Each headline metric (a key of the
+runs' metrics.json) gets, per point, the mean over the point's repetitions, the half-width of its 95 %
+interval (Student's t, n - 1 degrees of freedom) and n, the runs that have the metric. With a baseline
+point: the difference of means (Δ), Δ in % of the baseline's mean, and the 95 % interval of the
+difference (Welch's t). Runs whose fidelity check failed (fidelity.json: trusted false) are left out
+unless asked for, and counted; so are runs that did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pcnlab.errors import UsageError
+from pcnlab.experiments import metrics as m
+from pcnlab.experiments import reference as references
+from pcnlab.experiments.rundir import give_back
+from pcnlab.results import RunData, run_folders
+
+HEADLINE = (  # (metrics.json key path, title, format)
+    ("iterations.start_queue_pkts.mean", "start queue (pkts)", "{:.1f}"),
+    ("iterations.max_queue_pkts.mean", "max queue (pkts)", "{:.1f}"),
+    ("iterations.bct_ms.mean", "BCT (ms)", "{:.1f}"),
+    ("iterations.bct_over_ideal.mean", "BCT / ideal", "{:.2f}"),
+    ("iterations.ddl_mbps.mean", "DDL Mbit/s during iterations", "{:.2f}"),
+    ("throughput_mbps.background", "background Mbit/s", "{:.2f}"),
+    ("throughput_mbps.background_during_iterations", "background Mbit/s during iterations", "{:.2f}"),
+    ("queue_delay_us.ddl.mean", "DDL queueing delay (µs)", "{:.0f}"),
+    ("training.iteration_ms.mean", "iteration (ms)", "{:.1f}"),
+    ("controller.iteration_coverage", "iteration coverage", "{:.0%}"),
+    ("controller.iteration_coverage_after_learning", "coverage after 5 iterations", "{:.0%}"),
+    ("controller.window_open_share", "window-open share", "{:.1%}"),
+)
+# Scaling factor ("Is Network the Bottleneck for Distributed Training?"): throughput with N workers over
+# N times one worker's, i.e. T_1 / T_N of iteration times; shown where a sweep has a 1-worker point.
+SCALING = ("scaling", "scaling (T1 / TN)", "{:.2f}")
+ITERATION_KEY = "training.iteration_ms.mean"
+
+
+def dig(data: dict, dotted: str):
+    """data["a"]["b"]["c"] for "a.b.c"; None where a part is missing."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+@dataclass
+class Point:
+    """One sweep point: the runs counted in its means, and the runs left out with why."""
+
+    name: str
+    runs: list[RunData] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)    # (run name, why)
+    order: float = math.inf                                          # the experiment's run index
+    scaling: list = field(default_factory=list)                      # per run, T_1 / T_N (see SCALING)
+
+    def values(self, key: str) -> list:
+        if key == SCALING[0]:
+            return self.scaling
+        return [dig(r.metrics, key) for r in self.runs]
+
+    @property
+    def workers(self):
+        return self.runs[0].metrics.get("workers") if self.runs else None
+
+
+@dataclass
+class Report:
+    points: list[Point]
+    metrics: list[tuple[str, str, str]]        # the rows shown: HEADLINE keys some run has (+ SCALING)
+    cells: dict[str, dict[str, dict]]          # point -> metric key -> cell (see `cell`)
+    baseline: str | None = None
+    reference: references.Reference | None = None
+    include_untrusted: bool = False
+    notes: list[str] = field(default_factory=list)   # runs whose iteration count disagrees with the workers'
+
+
+def _analysed(path: Path) -> RunData:
+    """The run, analysed first when a finished run has no metrics.json yet."""
+    if (path / "status.json").exists() and not (path / "metrics.json").exists():
+        if json.loads((path / "status.json").read_text()).get("status") == "finished":
+            from pcnlab.experiments.analysis import analyse_run
+
+            analyse_run(path, plots=False)
+    return RunData(path)
+
+
+def collect_points(paths: list[Path], include_untrusted: bool = False) -> list[Point]:
+    """The runs grouped by sweep point, in the experiment's order."""
+    points: dict[str, Point] = {}
+    for path in paths:
+        run = _analysed(path)
+        point = points.setdefault(run.point, Point(run.point))
+        index = run.config.get("index")
+        point.order = min(point.order, index if isinstance(index, (int, float)) else math.inf)
+        status = run.status.get("status")
+        if status != "finished":
+            error = run.status.get("error")
+            point.left_out.append((run.name, f"{status}" + (f": {error}" if error else "")))
+        elif run.fidelity and run.fidelity.get("trusted") is False and not include_untrusted:
+            reasons = run.fidelity.get("reasons") or ["no reason given"]
+            point.left_out.append((run.name, f"untrusted: {reasons[0]}"))
+        else:
+            point.runs.append(run)
+    ordered = sorted(points.values(), key=lambda p: p.order)  # stable: folder order where no index
+    _add_scaling(ordered)
+    return ordered
+
+
+def _add_scaling(points: list[Point]) -> None:
+    """Each run's T_1 / T_N, where the sweep has a point of 1 worker (T_1 its mean iteration time)."""
+    single = [p for p in points if p.workers == 1 and m.finite(p.values(ITERATION_KEY)).size]
+    if not single:
+        return
+    t1 = float(m.finite(single[0].values(ITERATION_KEY)).mean())
+    for point in points:
+        point.scaling = [t1 / tn if tn else None for tn in point.values(ITERATION_KEY)]
+
+
+def cell(values, baseline=None) -> dict:
+    """n, mean and ci95 (the half-width of the mean's 95 % interval) of `values`; with `baseline`
+    values: delta (difference of means), delta_pct (in % of the baseline's mean) and delta_ci95
+    ([low, high], Welch). NaN where a figure does not exist (e.g. ci95 of one run)."""
+    data = m.finite(values)
+    mean, half = m.mean_ci95(data)
+    out = {"n": int(data.size), "mean": mean, "ci95": half}
+    if baseline is not None:
+        base = m.finite(baseline)
+        base_mean = float(base.mean()) if base.size else math.nan
+        delta = mean - base_mean
+        out["delta"] = delta
+        out["delta_pct"] = delta / base_mean * 100 if base_mean else math.nan
+        out["delta_ci95"] = list(m.diff_ci95(data, base))
+    return out
+
+
+def build_report(paths: list[Path], baseline: str | None = None, include_untrusted: bool = False) -> Report:
+    points = collect_points(paths, include_untrusted)
+    names = [p.name for p in points]
+    if baseline is not None and baseline not in names:
+        raise UsageError(f"--baseline {baseline} names no sweep point; the points are: {', '.join(names)} "
+                         f"(e.g. --baseline {names[0]})")
+    base = next((p for p in points if p.name == baseline), None)
+    rows = [h for h in (*HEADLINE, SCALING) if any(m.finite(p.values(h[0])).size for p in points)]
+    cells = {}
+    for point in points:
+        cells[point.name] = {}
+        for key, _, _ in rows:
+            if base is None:
+                cells[point.name][key] = cell(point.values(key))
+            elif point is base:
+                cells[point.name][key] = {**cell(point.values(key)), "delta": None, "delta_pct": None,
+                                          "delta_ci95": None}
+            else:
+                cells[point.name][key] = cell(point.values(key), base.values(key))
+    runs = [r for p in points for r in p.runs]
+    declared = {r.config.get("reference") for r in runs if r.config.get("reference")}
+    notes = [f"{r.name}: {dig(r.metrics, 'iterations.note') or 'iteration count differs from the workers'}"
+             for r in runs if dig(r.metrics, "iterations.consistent") is False]
+    return Report(points, rows, cells, baseline, references.get(sorted(declared)[0]) if declared else None,
+                  include_untrusted, notes)
+
+
+# --- text ---------------------------------------------------------------------------------------------
+
+def _fmt(value, fmt: str, sign: bool = False) -> str:
+    """`value` in the metric's format; a signed difference of a share reads in percentage points."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if sign and fmt.endswith("%}"):
+        digits = re.search(r"[.](\d+)", fmt).group(1)
+        return f"{value * 100:+.{digits}f} pp"
+    text = fmt.format(value)
+    if sign and value > 0:
+        text = "+" + text
+    return text
+
+
+def _mean_text(c: dict, fmt: str) -> str:
+    text = _fmt(c["mean"], fmt)
+    if text != "-" and c["ci95"] is not None and math.isfinite(c["ci95"]):
+        text += " ± " + _fmt(c["ci95"], fmt).rstrip("%")
+    return text
+
+
+def _pct_text(pct) -> str:
+    if pct is None or not math.isfinite(pct):
+        return "-"
+    return f"{pct:+.0f} %" if abs(pct) >= 10 else f"{pct:+.1f} %"
+
+
+def _interval_text(c: dict, fmt: str) -> str:
+    low, high = c.get("delta_ci95") or (None, None)
+    if low is None or not (math.isfinite(low) and math.isfinite(high)):
+        return "-"
+    return f"[{_fmt(low, fmt, True)}, {_fmt(high, fmt, True)}]"
+
+
+def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The report as a table: one row per (metric, point)."""
+    titles = ["metric", "point", "n", "mean ± 95 %"]
+    if report.baseline:
+        titles += ["Δ", "Δ %", "Δ 95 % interval"]
+    if report.reference:
+        titles.append(report.reference.title)
+    lines = []
+    for key, title, fmt in report.metrics:
+        for i, point in enumerate(report.points):
+            c = report.cells[point.name][key]
+            line = [title if i == 0 else "", point.name, str(c["n"]), _mean_text(c, fmt)]
+            if report.baseline:
+                if point.name == report.baseline:
+                    line += ["baseline", "", ""]
+                else:
+                    pct = c["delta_pct"]
+                    line += [_fmt(c["delta"], fmt, True), _pct_text(pct), _interval_text(c, fmt)]
+            if report.reference:
+                figure = report.reference.figures.get(key)
+                line.append(figure.text() if figure and i == 0 else "")
+            lines.append(line)
+    return titles, lines
+
+
+def footnotes(report: Report) -> list[str]:
+    out = []
+    for point in report.points:
+        if point.left_out:
+            total = len(point.runs) + len(point.left_out)
+            why = "; ".join(f"{run}: {reason}" for run, reason in point.left_out)
+            out.append(f"{point.name}: {len(point.left_out)} of {total} runs left out ({why})")
+    if report.include_untrusted:
+        out.append("untrusted runs are included (--include-untrusted)")
+    out += [f"iterations: {note}" for note in report.notes]
+    if report.reference:
+        out.append(f"{report.reference.title}: {report.reference.source}; {report.reference.baseline} → "
+                   f"{report.reference.mechanism}")
+    return out
+
+
+def format_report(report: Report, markdown: bool = False) -> str:
+    titles, lines = table_rows(report)
+    head = ("95 % intervals over repetitions (Student's t)"
+            + (f"; Δ against {report.baseline}, its interval by Welch's t" if report.baseline else ""))
+    notes = footnotes(report)
+    if markdown:
+        out = [head, "", "| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)]
+        out += ["| " + " | ".join(line) + " |" for line in lines]
+        return "\n".join(out + ([""] + [f"- {n}" for n in notes] if notes else []))
+    widths = [max(len(t), *(len(line[i]) for line in lines)) if lines else len(t) for i, t in enumerate(titles)]
+    out = [head, "  ".join(t.ljust(w) for t, w in zip(titles, widths)).rstrip()]
+    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    return "\n".join(out + notes)
+
+
+# --- summary.json -------------------------------------------------------------------------------------
+
+def summary(report: Report) -> dict:
+    """summary.json: stable machine keys (metric keys as in metrics.json); strict JSON once json_safe."""
+    ref = report.reference
+    return m.json_safe({
+        "baseline": report.baseline,
+        "include_untrusted": report.include_untrusted,
+        "reference": ({"name": ref.name, "source": ref.source, "baseline": ref.baseline, "mechanism": ref.mechanism}
+                      if ref else None),
+        "metrics": {key: {"title": title, **({"reference": ref.figures[key].as_dict()}
+                                             if ref and key in ref.figures else {})}
+                    for key, title, _ in report.metrics},
+        "points": {p.name: {"runs": len(p.runs), "run_names": [r.name for r in p.runs],
+                            "left_out": [{"run": run, "reason": why} for run, why in p.left_out],
+                            "metrics": report.cells[p.name]}
+                   for p in report.points},
+        "notes": report.notes,
+    })
+
+
+def write_report(folder: Path, report: Report) -> list[Path]:
+    folder = Path(folder)
+    (folder / "report.md").write_text(format_report(report, markdown=True) + "\n")
+    (folder / "summary.json").write_text(json.dumps(summary(report), indent=1, allow_nan=False) + "\n")
+    return [folder / "report.md", folder / "summary.json"]
+
+
+def sweep_folder(path: Path, paths: list[Path]) -> Path | None:
+    """Where a report of `path` is written: the folder holding its runs, unless `path` is one run."""
+    if (Path(path) / "status.json").exists():
+        return None
+    parents = {p.parent for p in paths}
+    return parents.pop() if len(parents) == 1 else None
+
+
+def run_report(path: Path, baseline: str | None = None, include_untrusted: bool = False, markdown: bool = False,
+               plots: bool = True, say=print) -> Report:
+    """`pcnlab report`: print the table; for a sweep, write report.md, summary.json and the sweep plots."""
+    paths = run_folders(path)
+    report = build_report(paths, baseline, include_untrusted)
+    say(format_report(report, markdown=markdown))
+    folder = sweep_folder(path, paths)
+    if folder is None:
+        return report
+    written = write_report(folder, report)
+    if plots:
+        try:
+            from pcnlab.experiments.plots import plot_sweep
+
+            written += plot_sweep(folder, report)
+        except Exception as exc:  # noqa: BLE001 -- a plot that fails must not hide the table
+            say(f"(sweep plots skipped: {type(exc).__name__}: {exc})")
+    give_back(*written)
+    say(f"written: {', '.join(str(p.relative_to(folder)) for p in written)} in {folder}")
+    return report
+
+
+def summarise_sweep(sweep_dir: Path, say=print, baseline: str | None = None) -> Report:
+    """After `pcnlab run`: the report of the sweep just run, and where everything is."""
+    report = run_report(Path(sweep_dir), baseline, say=say)
+    say(f"results: {sweep_dir} (report.md, summary.json, plots; each run's folder has metrics.json and its "
+        "queue plot)")
+    return report
+

@@ -1,0 +1,45 @@
+"""metrics.json's training figures from the workers' and the PS's logs, on a hand-made run folder with
+known answers: iteration time, the training loss (mean over workers) at the first and last iteration,
+and the test accuracy the evaluating rank logged."""
+
+from __future__ import annotations
+
+import json
+
+from pcnlab.experiments.analysis import training_metrics
+from pcnlab.results import RunData
+
+
+def _log(path, role, rank, host, records):
+    lines = [{"type": "anchor", "job": "train", "role": role, "rank": rank, "host": host, "monotonic_ns": 0}]
+    lines += [{"type": "iteration", **r} for r in records]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_training_metrics_from_the_logs(tmp_path):
+    folder = tmp_path / "jobs" / "train"
+    folder.mkdir(parents=True)
+    period = 250_000_000  # ns
+    for rank, host, losses in ((1, "h2", [2.0, 1.5, 1.0, 0.6]), (2, "h3", [2.2, 1.7, 1.2, 0.8])):
+        _log(folder / f"worker{rank - 1}-{host}.jsonl", "worker", rank, host,
+             [{"iter": i, "compute_start_ns": i * period + rank, "loss": loss} for i, loss in enumerate(losses)])
+    # The PS measured test accuracy after iterations 1 and 3 (eval_every 2); no loss of its own.
+    _log(folder / "ps0-h1.jsonl", "ps", 0, "h1",
+         [{"iter": i, "compute_start_ns": i * period, "loss": None,
+           **({"accuracy": acc, "test_loss": tl} if acc is not None else {})}
+          for i, (acc, tl) in enumerate([(None, None), (0.4, 1.9), (None, None), (0.85, 0.5)])])
+    out = training_metrics(RunData(tmp_path))
+    assert out["iteration_ms"]["mean"] == 250.0 and out["iteration_ms"]["n"] == 6
+    assert out["loss_first"] == 2.1 and abs(out["loss_last"] - 0.7) < 1e-12
+    assert (out["accuracy_first"], out["accuracy_final"], out["test_loss_final"]) == (0.4, 0.85, 0.5)
+    assert out["accuracy_iteration"] == 3
+
+
+def test_no_accuracy_without_a_real_model(tmp_path):
+    folder = tmp_path / "jobs" / "train"
+    folder.mkdir(parents=True)
+    _log(folder / "worker0-h2.jsonl", "worker", 1, "h2",
+         [{"iter": i, "compute_start_ns": i * 1_000_000, "loss": None} for i in range(3)])
+    out = training_metrics(RunData(tmp_path))
+    assert out["iteration_ms"]["mean"] == 1.0
+    assert not {"loss_first", "accuracy_final"} & set(out)

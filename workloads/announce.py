@@ -1,0 +1,123 @@
+"""PCN-START announcements (the PCN paper's, for the data plane's `pcn-host` mode), shared by the burst
+generator and the PyTorch workers: one small UDP datagram with DSCP PCN_START_DSCP to the burst's
+destination (the PS, or the ring successor) on the job's port number, about one smoothed RTT before
+the burst; and, on the receiving side, a listener that absorbs (and logs) them, so they cost the
+receiver no ICMP port-unreachable. The datagram's payload is JSON: {"job", "rank", "iter", "bytes",
+"lead_us"}. See netutil.PCN_START_DSCP.
+
+PyTorch's gloo owns its sockets, so a worker finds the smoothed RTT to its destination in its own
+process: the TCP sockets among its file descriptors connected to that address (`peer_srtt_us`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+
+from pcnlab.workloads.joblog import JsonLog
+from pcnlab.workloads.netutil import PCN_START_TOS, tcp_info
+
+DEFAULT_LEAD_US = 1000.0   # when no connection to the destination tells its RTT yet
+
+
+def announce_socket() -> socket.socket:
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, PCN_START_TOS)
+    return udp
+
+
+def send_announcement(udp: socket.socket, log: JsonLog, dst: str, port: int, *, job: str, rank: int, it: int,
+                      nbytes: int, lead_us: float) -> int:
+    """Send one PCN-START to (dst, port) and log it; returns the monotonic time it was sent (ns)."""
+    msg = json.dumps({"job": job, "rank": rank, "iter": it, "bytes": nbytes, "lead_us": round(lead_us)}).encode()
+    sent = time.monotonic_ns()
+    udp.sendto(msg, (dst, port))
+    log.write(type="announce", direction="sent", monotonic_ns=sent, iter=it, lead_us=round(lead_us), dst=dst)
+    return sent
+
+
+def start_listener(log: JsonLog, bind_addr: str, port: int) -> bool:
+    """Absorb and log PCN-START datagrams on (bind_addr, port) in a daemon thread. False when another
+    process of the same host already listens there (it absorbs them for both)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.bind((bind_addr, port))
+    except OSError:
+        s.close()
+        return False
+
+    def loop():
+        while True:
+            data, peer = s.recvfrom(2048)
+            try:
+                info = json.loads(data)
+            except ValueError:
+                info = {}
+            log.write(type="announce", direction="received", monotonic_ns=time.monotonic_ns(),
+                      src=peer[0], **{k: info.get(k) for k in ("rank", "iter", "bytes", "lead_us")})
+
+    threading.Thread(target=loop, daemon=True, name="pcn-start-listener").start()
+    return True
+
+
+def peer_srtt_us(addr: str) -> float | None:
+    """The largest smoothed RTT (µs) of this process's TCP connections to `addr` (None: no such one)."""
+    best = None
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in fds:
+        fd = int(name)
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if s.family == socket.AF_INET and s.type == socket.SOCK_STREAM and s.getpeername()[0] == addr:
+                srtt = tcp_info(s).get("srtt_us")
+                if srtt:
+                    best = max(best or 0, srtt)
+        except OSError:
+            pass  # not connected
+        finally:
+            s.close()
+    return best
+
+
+class Announcer:
+    """A PyTorch worker's announcements: before each iteration's communication phase, one PCN-START to
+    each destination, one lead ahead (`lead_us`, or 0: the smoothed RTT of gloo's connection there)."""
+
+    def __init__(self, log: JsonLog, destinations: list[str], port: int, job: str, rank: int, nbytes: int,
+                 lead_us: float = 0.0):
+        self.log = log
+        self.destinations = list(dict.fromkeys(destinations))
+        self.port = port
+        self.job, self.rank, self.nbytes = job, rank, nbytes
+        self.fixed_lead_us = lead_us
+        self.udp = announce_socket()
+        self.last_ns: int | None = None   # when the latest announcement was sent
+
+    def lead_us(self) -> float:
+        if self.fixed_lead_us:
+            return self.fixed_lead_us
+        rtts = [r for r in (peer_srtt_us(d) for d in self.destinations) if r]
+        return float(max(rtts)) if rtts else DEFAULT_LEAD_US
+
+    def before(self, comm_start_ns: int, it: int) -> int:
+        """Sleep until one lead before `comm_start_ns` (not at all when that is past), then announce
+        iteration `it` to every destination; returns when the first one was sent (ns)."""
+        lead = self.lead_us()
+        delay = (comm_start_ns - int(lead * 1e3) - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            time.sleep(delay)
+        sent = [send_announcement(self.udp, self.log, d, self.port, job=self.job, rank=self.rank, it=it,
+                                  nbytes=self.nbytes, lead_us=lead) for d in self.destinations]
+        self.last_ns = sent[0]
+        return sent[0]
