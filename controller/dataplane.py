@@ -18,6 +18,7 @@ MAX_JOB_ID = MAX_JOBS - 1
 MAX_QDEPTH = (1 << 19) - 1
 MAX_BURST_GAP_US = (1 << 32) - 1
 MAX_PAYLOAD = (1 << 16) - 1
+MAX_TELEMETRY_EVERY = (1 << 32) - 1   # telemetry_every: a bit<32> of every port_mode action
 BURST_DIGEST = "burst_digest_t"
 CLASS_BACKGROUND, CLASS_DDL = 0, 1
 CLASS_NAMES = {CLASS_BACKGROUND: "background", CLASS_DDL: "ddl"}

@@ -27,12 +27,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from pcnlab.controller.dataplane import MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH, MODES
+from pcnlab.controller.dataplane import (MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH, MAX_TELEMETRY_EVERY,
+                                         MODES)
 from pcnlab.errors import UsageError
 from pcnlab.experiments.reference import REFERENCES
 from pcnlab.experiments.yamlpos import Raw, Where, load_tree, parse_scalar
 from pcnlab.topologies.routing import rate_pps
-from pcnlab.topologies.topos import TOPOLOGIES, make_topology
+from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES, make_topology
 from pcnlab.workloads.catalog import MODELS, process_model
 
 # --- limits -------------------------------------------------------------------------------------
@@ -48,6 +49,9 @@ MIN_LINK_MBPS = 0.1
 MAX_QUEUE = MAX_QDEPTH             # the data plane's queue depth fields
 MAX_JOBS = MAX_JOB_ID              # DDL job ids 1..MAX_JOB_ID in the data plane
 MAX_RUNS = 1000                    # sweep points x repetitions
+MAX_FLOWS = 500                    # background flows (src x dst pairs): two iperf3 processes each
+MAX_DURATION_S = 86_400            # no time of an experiment is longer than a day (durations, periods)
+MAX_BYTES = 1 << 30                # a burst or an answer, which the generator holds in memory: 1 GiB
 
 SWITCH_KINDS = ("bmv2", "bridge")
 JOB_KINDS = ("ps", "ring", "generator")
@@ -96,25 +100,27 @@ _SAME_AS_BW = "same as bw"
 
 TOPOLOGY_PARAMS: dict[str, tuple[Key, ...]] = {
     "star": (
-        Key("hosts", "int", 3, "hosts on the one switch s1 (role `hosts`)", min=1),
+        Key("hosts", "int", 3, "hosts on the one switch s1 (role `hosts`)", min=1, max=MAX_HOSTS),
         _BW, _QUEUE),
     "dumbbell": (
-        Key("left", "int", 2, "hosts on s1 (role `left`)", min=1),
-        Key("right", "int", 2, "hosts on s2 (role `right`)", min=1),
+        Key("left", "int", 2, "hosts on s1 (role `left`)", min=1, max=MAX_HOSTS),
+        Key("right", "int", 2, "hosts on s2 (role `right`)", min=1, max=MAX_HOSTS),
         _BW,
         _rate("bottleneck_bw", "rate of the s1-s2 link", _SAME_AS_BW, _SAME_AS_BW),
         _QUEUE),
     "tree": (
-        Key("workers_per_leaf", "int", 2, "DDL hosts on each of the leaves s2, s3 (role `workers`)", min=0),
-        Key("background_per_leaf", "int", 3, "background hosts on each leaf (role `background`)", min=0),
+        Key("workers_per_leaf", "int", 2, "DDL hosts on each of the leaves s2, s3 (role `workers`)", min=0,
+            max=MAX_HOSTS),
+        Key("background_per_leaf", "int", 3, "background hosts on each leaf (role `background`)", min=0,
+            max=MAX_HOSTS),
         _BW,
         _rate("uplink_bw", "rate of the leaf-root links (the PS link, h1-s1, is a host link: bw)",
               _SAME_AS_BW, _SAME_AS_BW),
         _QUEUE),
     "leaf-spine": (
-        Key("leaves", "int", 2, "leaf switches", min=1),
-        Key("spines", "int", 2, "spine switches, each linked to every leaf", min=1),
-        Key("hosts_per_leaf", "int", 2, "hosts on each leaf (role `hosts`)", min=1),
+        Key("leaves", "int", 2, "leaf switches", min=1, max=MAX_SWITCHES),
+        Key("spines", "int", 2, "spine switches, each linked to every leaf", min=1, max=MAX_SWITCHES),
+        Key("hosts_per_leaf", "int", 2, "hosts on each leaf (role `hosts`)", min=1, max=MAX_HOSTS),
         _BW,
         _rate("fabric_bw", "rate of the leaf-spine links", _SAME_AS_BW, _SAME_AS_BW),
         _QUEUE),
@@ -137,12 +143,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             f"(at most {MAX_JOBS})", default_doc="[] (none)"),
         Key("background", "list", [], "background TCP flows, each a mapping (below)", default_doc="[] (none)"),
         Key("duration_s", "number", 30.0, "length of a run: background flows run this long; jobs end at "
-            "their iterations or at this limit, whichever comes first", unit="s", above=0),
+            "their iterations or at this limit, whichever comes first", unit="s", above=0, max=MAX_DURATION_S),
         Key("warmup_s", "number", 2.0, "background flows run this long before the jobs start, so a standing "
-            "queue is there when the first burst arrives", unit="s", min=0),
-        Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1),
+            "queue is there when the first burst arrives", unit="s", min=0, max=MAX_DURATION_S),
+        Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1,
+            max=MAX_RUNS),
         Key("seed", "int", 0, "seed of repetition 1; repetition N uses seed + N - 1 (every sweep point of a "
-            "repetition shares it)", min=0),
+            "repetition shares it)", min=0, max=(1 << 31) - 1),
         Key("baseline", "text", None, "the sweep point the report compares every other point against "
             "(Δ, Δ % and the interval of the difference), e.g. `mode=droptail`; `pcnlab report --baseline` "
             "overrides it", nullable=True, default_doc="none"),
@@ -174,22 +181,22 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("lead_us", "lead", "auto", "pcn: how long before the predicted iteration start the window opens; "
             "auto: learned per port (first 2 x the standing queue / port rate + an RTT, then longer while "
             "iterations inside a window still meet more than K_pre, shorter while they meet less)", unit="us",
-            min=0),
+            min=0, max=MAX_BURST_GAP_US),
         Key("guard_us", "int", 1000, "pcn: how long after the predicted start the window stays open",
-            unit="us", min=0),
+            unit="us", min=0, max=MAX_BURST_GAP_US),
         Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
         Key("announce_hold_us", "int", 100_000, "pcn-host: an announcement keeps K_pre for background at most "
             "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US),
     ),
     "telemetry": (
         Key("every", "every", 1, "clone 1 in N packets of every port to the monitor host; off: no queue log",
-            min=1, default_doc="1 (bmv2), off (bridge)"),
+            min=1, max=MAX_TELEMETRY_EVERY, default_doc="1 (bmv2), off (bridge)"),
     ),
     "fidelity": (
         Key("min_rate_pct", "number", 95.0, "every bottleneck port sends at least this share of its configured rate "
             "while its queue is non-empty", unit="%", min=0, max=100),
         Key("min_backlog_s", "number", 1.0, "a port is checked as a bottleneck when its queue was non-empty at "
-            "least this long", unit="s", min=0),
+            "least this long", unit="s", min=0, max=MAX_DURATION_S),
         Key("max_bmv2_cpu_pct", "number", 90.0, "no BMv2 process uses more than this share of one core (p95 of "
             "0.5 s samples): its ingress pipeline is one thread", unit="%", above=0),
         Key("min_idle_pct", "number", 0.0, "the machine's idle time (p5 of 0.5 s samples) is at least this; 0: "
@@ -215,34 +222,34 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "hosts and roles; a ring needs at least 2", default_doc="role `workers`"),
         Key("pool", "hosts", "workers", "where a count of workers is taken from: a role or a list of hosts",
             default_doc="role `workers`, else every host but the PS"),
-        Key("iterations", "int", 10, "training iterations (generator: bursts)", min=1),
+        Key("iterations", "int", 10, "training iterations (generator: bursts)", min=1, max=1_000_000),
         Key("compute_ms", "number", 0.0, "compute time per iteration (an accelerator's; generator: the gap "
-            "after the PS's answer)", unit="ms", min=0),
+            "after the PS's answer)", unit="ms", min=0, max=MAX_DURATION_S * 1000),
         Key("model", "choice", "mlp", "mlp, cnn: small real models on generated data; digits-mlp, digits-cnn: "
             "scikit-learn's handwritten digits (test accuracy reported); resnet50, vgg16, bert-base: their "
             "per-layer gradient sizes times scale", choices=MODELS, applies=("ps", "ring"), what="model"),
         Key("scale", "number", 0.01, "gradient profiles: every layer's size times this", above=0, max=1,
             applies=("ps", "ring")),
-        Key("batch", "int", 32, "samples per worker per iteration", min=1, applies=("ps", "ring")),
+        Key("batch", "int", 32, "samples per worker per iteration", min=1, max=1 << 16, applies=("ps", "ring")),
         Key("lr", "number", 0.05, "learning rate (SGD)", above=0, applies=("ps", "ring")),
         Key("eval_every", "int", 10, "real models: test accuracy on held-out data every this many iterations "
-            "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0,
+            "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0, max=1_000_000,
             applies=("ps", "ring")),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
-            min=0, applies=("ring",)),
+            min=0, max=1024, applies=("ring",)),
         Key("burst_bytes", "int", 250_000, "B: what each worker sends per iteration", unit="bytes", min=1,
-            applies=("generator",)),
-        Key("reply_bytes", "int", None, "what the PS answers each worker", unit="bytes", min=0, nullable=True,
+            max=MAX_BYTES, applies=("generator",)),
+        Key("reply_bytes", "int", None, "what the PS answers each worker", unit="bytes", min=0, max=MAX_BYTES, nullable=True,
             applies=("generator",), default_doc="burst_bytes"),
         Key("period_ms", "number", 0.0, "a burst starts every period (0: back to back after compute_ms)",
-            unit="ms", min=0, applies=("generator",)),
+            unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",)),
         Key("jitter_ms", "number", 0.0, "each start moves by a uniform offset in [-jitter, +jitter]; below "
-            "period_ms", unit="ms", min=0, applies=("generator",)),
+            "period_ms", unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",)),
         Key("pcn_start", "autobool", "auto", "announce each burst one RTT ahead (DSCP PCN-START) for pcn-host "
             "(ps, ring: each worker's gradients, to the PS or its ring successor, before each iteration's "
             "communication); auto: on in pcn-host runs only"),
         Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: one smoothed RTT)",
-            unit="us", min=0),
+            unit="us", min=0, max=MAX_BURST_GAP_US),
         Key("burst_gap_us", "int", 10_000, "G: a data packet of the job after this much silence on a switch "
             "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),
         Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
@@ -564,7 +571,7 @@ def _check_range(key: Key, raw: Raw, path: str, value: float) -> None:
     if key.above is not None and value <= key.above:
         raise _error(raw.where, path, f"must be above {key.above:g}{unit}, got {_fmt(value)}")
     if key.max is not None and value > key.max:
-        raise _error(raw.where, path, f"must be at most {key.max:g}{unit}, got {_fmt(value)}")
+        raise _error(raw.where, path, f"must be at most {key.max:.15g}{unit}, got {_fmt(value)}")
 
 
 def _number(key: Key, raw: Raw, path: str, whole: bool) -> int | float:
@@ -777,7 +784,10 @@ def _topology(raw: Raw) -> tuple[TopologyConfig, dict[str, Raw]]:
             params[key.name] = params["bw"]
         else:
             params[key.name] = key.default
-    topo = make_topology(kind, **params)
+    try:
+        topo = make_topology(kind, **params)
+    except UsageError as exc:
+        raise _error(raw.where, "topology", str(exc)) from None
     hosts = tuple(topo.traffic_hosts())
     roles = {role: tuple(members) for role, members in topo.roles.items() if role != "monitor" and members}
     if len(hosts) < 2:
@@ -973,6 +983,9 @@ def _flows(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig) -> t
         pairs = [(s, d) for s in srcs for d in dsts if s != d]
         if not pairs:
             raise _error(present["dst"].where, f"{path}.dst", "a flow needs a receiver other than its sender")
+        if len(flows) + len(pairs) > MAX_FLOWS:
+            raise _error(item.where, path, f"{len(flows) + len(pairs)} background flows so far (one per src x dst "
+                                           f"pair); one machine runs at most {MAX_FLOWS}")
         cc = _value(keys["cc"], present, path)
         ecn = _value(keys["ecn"], present, path)
         rate = _value(keys["rate"], present, path)
@@ -1122,6 +1135,9 @@ def _sweep_entry(key: str, values: Raw, where: Where) -> _Sweep:
                                                    f"got {_fmt(values.value)}")
     if not values.value:
         raise _error(values.where, f"sweep.{key}", "empty list; give at least one value (or remove the key)")
+    if len(values.value) > MAX_RUNS:
+        raise _error(values.where, f"sweep.{key}", f"{len(values.value)} values; an experiment has at most "
+                                                   f"{MAX_RUNS} runs")
     seen: list[Any] = []
     items = []
     for item in values.value:
@@ -1326,7 +1342,7 @@ def _allowed_text(key: Key) -> str:
     if key.above is not None:
         bounds.append(f"> {key.above:g}")
     if key.max is not None and key.max != MAX_QUEUE:
-        bounds.append(f"≤ {key.max:g}")
+        bounds.append(f"≤ {key.max:.15g}")
     text = ", ".join(bounds)
     if key.type == "lead":
         text = "`auto` or integer " + text
