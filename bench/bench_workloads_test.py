@@ -37,14 +37,15 @@ def _run(specs):
     from pcnlab.experiments.rundir import RunFolder
     from pcnlab.topologies.network import NetworkOptions, PcnNetwork
     from pcnlab.topologies.topos import make_topology
-    from pcnlab.workloads import start_job
+    from pcnlab.workloads import Workloads
 
     out = []
     with tempfile.TemporaryDirectory() as tmp, RunFolder.create(Path(tmp), "bench", "workloads") as run:
         topo = make_topology("star", hosts=4, bw=RATE_MBPS)
         with PcnNetwork(topo, run.path, run.ledger, NetworkOptions(switch="bridge")) as net:
+            workloads = Workloads(run.path, net=net, ledger=run.ledger)
             for spec in specs:
-                with start_job(net, run.ledger, spec, run.path) as job:
+                with workloads.start_job(spec) as job:
                     job.wait(timeout=180)
                     out.append((spec, {p.label: job.records(p.label) for p in job.procs}))
     return out

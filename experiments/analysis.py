@@ -61,14 +61,14 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
     share of iterations whose first data packet at the bottleneck met a window written before it, the
     prediction error against the true starts, and the share of the run the bottleneck's windows were open."""
     events = run.events
-    out: dict = {"reports": int((events["event"] == "report").sum()) if not events.empty else 0}
+    out: dict = {"reports": int((events["type"] == "report").sum()) if not events.empty else 0}
     if events.empty:
         return out
-    writes = events.loc[events["event"] == "arm", "write_ms"] if "write_ms" in events else pd.Series([], dtype=float)
+    writes = events.loc[events["type"] == "arm", "write_ms"] if "write_ms" in events else pd.Series([], dtype=float)
     if not writes.empty:
         out["arm_write_ms"] = {"p50": float(writes.quantile(0.5)), "p99": float(writes.quantile(0.99)),
                                "n": int(writes.size)}
-    clocks = events.loc[events["event"] == "clock", "error_us"] if "error_us" in events else pd.Series([], dtype=float)
+    clocks = events.loc[events["type"] == "clock", "error_us"] if "error_us" in events else pd.Series([], dtype=float)
     if not clocks.empty:
         out["clock_error_us"] = stats(clocks)
     if neck is None or table.empty:

@@ -173,7 +173,7 @@ def measure_workers(results: Path, rate_mbps: float, max_workers: int, seconds: 
                     compute_ms: float = 0.0, say=print) -> list[dict]:
     """0, 1, 2, ... PyTorch workers (a ps job, mlp) beside a port held at `rate_mbps` and kept backlogged;
     stops after the first count at which the switch no longer holds the rate (as received by h2)."""
-    from pcnlab.workloads import JobSpec, start_job
+    from pcnlab.workloads import JobSpec, Workloads
 
     limits = FidelityConfig()
     rate = rate_pps(rate_mbps)
@@ -182,13 +182,14 @@ def measure_workers(results: Path, rate_mbps: float, max_workers: int, seconds: 
     queues = {f"h{i}": (rate, 100) for i in range(1, 4 + max_workers)}
     with one_switch(results, "calibrate", "workers", hosts=3 + max_workers, telemetry=True, queues=queues,
                     cpu=True) as rig:
+        workloads = Workloads(rig.folder.path, net=rig.net, ledger=rig.folder.ledger)
         for workers in range(max_workers + 1):
             job = None
             iterations = 0
             if workers:
-                job = start_job(rig.net, rig.folder.ledger, JobSpec(
+                job = workloads.start_job(JobSpec(
                     name=f"fit{workers}", kind="ps", servers=("h3",), workers=tuple(f"h{4 + i}" for i in range(workers)),
-                    model="mlp", iterations=1_000_000, compute_ms=compute_ms, timeout_s=120), rig.folder.path)
+                    model="mlp", iterations=1_000_000, compute_ms=compute_ms, timeout_s=120))
             try:
                 if job is not None:
                     _wait_iterating(job, [f"worker{i}" for i in range(workers)])

@@ -980,12 +980,13 @@ def _flows(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig) -> t
                                                f"({_topology_summary(topology)})")
         srcs = _resolve(present["src"], f"{path}.src", topology)
         dsts = _resolve(present["dst"], f"{path}.dst", topology)
+        count = len(flows) + len(srcs) * len(dsts) - len(set(srcs) & set(dsts))
+        if count > MAX_FLOWS:
+            raise _error(item.where, path, f"{count} background flows so far (one per src x dst pair); one machine "
+                                           f"runs at most {MAX_FLOWS}")
         pairs = [(s, d) for s in srcs for d in dsts if s != d]
         if not pairs:
             raise _error(present["dst"].where, f"{path}.dst", "a flow needs a receiver other than its sender")
-        if len(flows) + len(pairs) > MAX_FLOWS:
-            raise _error(item.where, path, f"{len(flows) + len(pairs)} background flows so far (one per src x dst "
-                                           f"pair); one machine runs at most {MAX_FLOWS}")
         cc = _value(keys["cc"], present, path)
         ecn = _value(keys["ecn"], present, path)
         rate = _value(keys["rate"], present, path)
@@ -1220,6 +1221,32 @@ def _covers(fixed: str, swept: str) -> bool:
     return swept == fixed or swept.startswith(fixed + ".")
 
 
+def _check_swept_base(tree: Raw, sweep: _Sweep) -> None:
+    """The file's own value of a swept key is replaced in every run, but a typo there is still one."""
+    parts = _normal(sweep.parts).split(".")
+    node = tree
+    for depth, part in enumerate(parts):
+        if node.is_list and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+        elif node.is_map and part in node.value:
+            node = node.value[part]
+        elif not (depth == 1 and not node.is_map and SHORTHAND.get(parts[0]) == part):  # `mode: pcn`
+            return                                                # not in the file: nothing to check
+    if parts[0] == "topology" and len(parts) == 2:
+        keys = [k for params in ({"kind": _keys("topology")["kind"]}, *map(_named, TOPOLOGY_PARAMS.values()))
+                for k in [params.get(parts[1])] if k is not None]
+    elif parts[0] in LIST_SECTIONS and len(parts) == 3:
+        keys = [_keys(parts[0]).get(parts[2])]
+    else:
+        keys = [_keys(parts[0] if len(parts) == 2 else "").get(parts[-1])]
+    if keys and keys[0] is not None and keys[0].type not in ("hosts", "section", "list", "sweep"):
+        _convert(keys[0], node, ".".join(parts))
+
+
+def _named(keys: Iterable[Key]) -> dict[str, Key]:
+    return {k.name: k for k in keys}
+
+
 def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experiment:
     """Read, validate and expand an experiment file. Every error is a one-line UsageError."""
     path = Path(path)
@@ -1250,6 +1277,7 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
                 raise _error(sweep.where, "", f"sweep key {sweep.key!r} overlaps {first.key!r}; sweep each "
                                               "setting once")
         seen_keys[normal] = sweep
+        _check_swept_base(tree, sweep)
 
     ctx = _Context(source, path.stem.removesuffix(".yaml"))
     top = tree.value

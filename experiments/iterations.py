@@ -125,14 +125,14 @@ def window_intervals(events: pd.DataFrame) -> pd.DataFrame:
     """Every pre-drain window the controller wrote: switch, port, job, start_us, end_us (switch clock),
     armed_ns and removed_ns (host clock; removed_ns NaN if it was left to expire)."""
     cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns"]
-    if events.empty or "event" not in events:
+    if events.empty or "type" not in events:
         return pd.DataFrame(columns=cols)
-    arms = events[events["event"] == "arm"]
+    arms = events[events["type"] == "arm"]
     if arms.empty:
         return pd.DataFrame(columns=cols)
     out = arms[["switch", "port", "job", "start_us", "end_us", "host_ns"]].rename(columns={"host_ns": "armed_ns"})
     out = out.astype({"port": int, "job": int, "start_us": np.int64, "end_us": np.int64})
-    removed = events[events["event"] == "disarm"]
+    removed = events[events["type"] == "disarm"]
     keyed = {(r.switch, int(r.port), int(r.start_us), int(r.end_us)): r.host_ns for r in removed.itertuples()}
     out["removed_ns"] = [keyed.get((r.switch, r.port, r.start_us, r.end_us), np.nan) for r in out.itertuples()]
     return out.reset_index(drop=True)
@@ -174,9 +174,9 @@ def open_share(windows: pd.DataFrame, port: tuple[str, int], clock, span_us: tup
 def prediction_errors(table: pd.DataFrame, events: pd.DataFrame, port: tuple[str, int]) -> list[float]:
     """Per iteration with a prediction: true start (its first data packet at `port`) minus the start the
     controller last predicted for that port and job before it, in µs."""
-    if events.empty or "event" not in events:
+    if events.empty or "type" not in events:
         return []
-    pred = events[(events["event"] == "prediction") & (events["switch"] == port[0]) & (events["port"] == port[1])]
+    pred = events[(events["type"] == "prediction") & (events["switch"] == port[0]) & (events["port"] == port[1])]
     if pred.empty or table.empty:
         return []
     pred = pred.sort_values("host_ns")

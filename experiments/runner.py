@@ -69,7 +69,7 @@ class RunExecution:
         self.say = say
 
     def execute(self) -> None:
-        from pcnlab.workloads import FlowSpec, JobSpec, start_flows, start_job
+        from pcnlab.workloads import FlowSpec, JobSpec, Workloads
 
         run, path, ledger = self.run, self.folder.path, self.folder.ledger
         bmv2 = run.switch.kind == "bmv2"
@@ -84,6 +84,7 @@ class RunExecution:
             flows = None
             jobs = []
             events = EventLog(path / "events.jsonl")
+            workloads = Workloads(path, net=net, ledger=ledger)
             try:
                 if bmv2:
                     controller_thread, scheduler = start_controller(run, topo, net.endpoints(), events)
@@ -91,12 +92,12 @@ class RunExecution:
                     collectors = self._start_collectors(net, topo)
                 progress = Progress(run.duration_s)
                 if run.background:
-                    flows = start_flows(net, ledger, [FlowSpec(**f.flow_spec_kwargs(run.duration_s))
-                                                      for f in run.background], path)
+                    flows = workloads.start_flows([FlowSpec(**f.flow_spec_kwargs(run.duration_s))
+                                                   for f in run.background])
                     events.write("background_started", flows=len(run.background))
                     self._wait(progress, run.warmup_s, "background warming up")
                 for job in run.jobs:
-                    jobs.append(start_job(net, ledger, JobSpec(**job.job_spec_kwargs(run.seed)), path))
+                    jobs.append(workloads.start_job(JobSpec(**job.job_spec_kwargs(run.seed))))
                     events.write("job_started", job=job.name, id=job.id)
                 self._run_until_done(progress, jobs)
                 progress.close()

@@ -43,7 +43,7 @@ SAMPLE_PERIOD_S = 0.5
 COLUMNS = ("host_ns", "pid", "role", "name", "label", "cpu", "top_thread", "wait", "idle", "load1")
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
-# The ledger's labels, as topologies/bmv2.py, the runner and workloads/launcher.py write them.
+# The ledger's labels, as topologies/bmv2.py, the runner and workloads/processes.py write them.
 _LABELS = (
     ("bmv2", re.compile(r"simple_switch_grpc (?P<name>\S+)$")),
     ("collector", re.compile(r"collector (?:for|on) (?P<name>\S+)$")),

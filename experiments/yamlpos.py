@@ -6,6 +6,10 @@ scalar built by PyYAML's safe constructor. Each `Raw` carries a `Where` (file an
 or a sweep value's line), which every error message starts with.
 
 Keys are taken as written: `on:` stays the key "on" (YAML 1.1 would make it the boolean True).
+
+Nothing a file says can make reading it hang or fill memory: a file is at most MAX_FILE_BYTES, a document
+at most MAX_VALUES values once its aliases are expanded (so "billion laughs" stop at once), MAX_DEPTH
+levels deep, and merge keys (`<<`) keep each key once, however often a mapping is merged.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from pcnlab.errors import UsageError
+
+MAX_FILE_BYTES = 64 * 1024     # the shipped experiments are 1-3 KB
+MAX_VALUES = 10_000            # mappings, lists and scalars, every alias expanded
+MAX_DEPTH = 32                 # nesting of mappings and lists (an experiment uses 4)
 
 
 @dataclass(frozen=True)
@@ -80,12 +88,32 @@ def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def from_node(node: Node, source: str, via: str = "", _active: set[int] | None = None, _path: str = "") -> Raw:
-    """Turn a composed YAML node into a `Raw` tree (merge keys `<<` applied, duplicate keys refused)."""
+class _Constructor(SafeConstructor):
+    def flatten_mapping(self, node: MappingNode) -> None:
+        """PyYAML's merge, then each key once, as a dict keeps it (the last pair, where the first stood):
+        mappings merged again and again cannot multiply the pairs."""
+        super().flatten_mapping(node)
+        winners: dict = {}
+        for key_node, value_node in node.value:
+            winners[key_node.value if isinstance(key_node, ScalarNode) else id(key_node)] = (key_node, value_node)
+        node.value = list(winners.values())
+
+
+def from_node(node: Node, source: str, via: str = "", _active: set[int] | None = None, _path: str = "",
+              _budget: list[int] | None = None) -> Raw:
+    """Turn a composed YAML node into a `Raw` tree (merge keys `<<` applied, duplicate keys refused;
+    at most MAX_VALUES values and MAX_DEPTH levels)."""
     active = _active if _active is not None else set()
+    budget = _budget if _budget is not None else [MAX_VALUES]
     where = Where(source, node.start_mark.line + 1, via)
     if id(node) in active:
         raise _fail(where, "a YAML alias refers to itself; write the value out")
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _fail(where, f"the document holds more than {MAX_VALUES} values once its aliases are expanded "
+                           "(aliases of aliases?); an experiment needs far fewer: write them out")
+    if len(active) >= MAX_DEPTH:
+        raise _fail(where, f"nested more than {MAX_DEPTH} levels deep; an experiment needs 4")
     if isinstance(node, MappingNode):
         active.add(id(node))
         own: dict[str, int] = {}
@@ -101,7 +129,7 @@ def from_node(node: Node, source: str, via: str = "", _active: set[int] | None =
                                        f"(first on line {own[key_node.value]}); keep one")
             own[key_node.value] = key_where.line
         try:
-            SafeConstructor().flatten_mapping(node)     # `<<: *anchor` first, the mapping's own keys win
+            _Constructor().flatten_mapping(node)        # `<<: *anchor` first, the mapping's own keys win
         except ConstructorError as exc:
             raise _fail(where, f"invalid merge key: {_one_line(exc.problem)}") from None
         out: dict[str, Raw] = {}
@@ -110,14 +138,14 @@ def from_node(node: Node, source: str, via: str = "", _active: set[int] | None =
             if not isinstance(key_node, ScalarNode) or not key_node.value:
                 raise _fail(key_where, "a key must be a plain name (text), not a list or a mapping")
             key = key_node.value
-            child = from_node(value_node, source, via, active, f"{_path}.{key}" if _path else key)
+            child = from_node(value_node, source, via, active, f"{_path}.{key}" if _path else key, budget)
             child.key_where = key_where
             out[key] = child
         active.discard(id(node))
         return Raw(out, where)
     if isinstance(node, SequenceNode):
         active.add(id(node))
-        items = [from_node(item, source, via, active, f"{_path}.{i}" if _path else str(i))
+        items = [from_node(item, source, via, active, f"{_path}.{i}" if _path else str(i), budget)
                  for i, item in enumerate(node.value)]
         active.discard(id(node))
         return Raw(items, where)
@@ -125,6 +153,8 @@ def from_node(node: Node, source: str, via: str = "", _active: set[int] | None =
         value = SafeConstructor().construct_object(node)
     except ConstructorError as exc:
         raise _fail(where, f"cannot read this value: {_one_line(exc.problem)}") from None
+    except (ValueError, OverflowError) as exc:    # a date that is none, an integer of thousands of digits
+        raise _fail(where, f"cannot read this value: {_one_line(str(exc)).split('; use sys.')[0]}") from None
     return Raw(value, where)
 
 
@@ -134,7 +164,12 @@ def load_tree(path: Path | str) -> Raw | None:
     path = Path(path)
     source = str(path)
     try:
-        text = path.read_text()
+        with open(path, "rb") as handle:            # never more than the limit, whatever the path is
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise UsageError(f"{source}: larger than {MAX_FILE_BYTES // 1024} KB; an experiment file is a few KB "
+                             "(is this the right file?)")
+        text = data.decode()
     except FileNotFoundError:
         raise UsageError(f"{source}: no such experiment file") from None
     except IsADirectoryError:
@@ -156,13 +191,20 @@ def load_tree(path: Path | str) -> Raw | None:
         raise _fail(Where(source, line), f"invalid YAML: {detail}") from None
     except yaml.YAMLError as exc:
         raise _fail(Where(source, None), f"invalid YAML: {_one_line(str(exc))}") from None
+    except RecursionError:
+        raise _fail(Where(source, None), f"invalid YAML: nested more than {MAX_DEPTH} levels deep; an "
+                                         "experiment needs 4") from None
     return None if node is None else from_node(node, source)
 
 
 def parse_scalar(text: str, where: Where) -> Raw:
     """A `--set` value: YAML text (a scalar, or a flow list/mapping such as [2, 4])."""
+    if len(text) > MAX_FILE_BYTES:
+        raise _fail(where, f"the value is longer than {MAX_FILE_BYTES // 1024} KB")
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise _fail(where, f"the value is nested more than {MAX_DEPTH} levels deep") from None
     except yaml.YAMLError as exc:
         problem = _one_line(getattr(exc, "problem", None) or str(exc))
         raise _fail(where, f"the value is not valid YAML: {problem}") from None

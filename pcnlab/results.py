@@ -16,6 +16,10 @@ Switch times (µs since that switch started) are mapped onto it per switch from 
 stamps: a telemetry clone reaches the collector right after its packet left the switch, so the lower
 envelope of host_ns - egress_us x 1000 is the switch's offset (`SwitchClock`). Each row also keeps its
 switch-clock times. Reading never changes a run folder and never re-runs anything.
+
+The controller's and the workloads' JSON-lines logs follow one schema (pcnlab/jsonlines.py: every line
+has `type` and `host_ns`, the first is the anchor with `wall_time`). A run folder written before that
+schema is refused with one line naming the file (UsageError), not read wrongly.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import pandas as pd
 import yaml
 
 from pcnlab.errors import UsageError
+from pcnlab.jsonlines import read_json_lines
 
 CLOCK_WINDOW_US = 1_000_000   # the lower envelope is taken per second of switch time
 
@@ -70,18 +75,6 @@ class SwitchClock:
         intercept += residual.min()
         residual = residual - residual.min()
         return cls(switch, float(intercept), float(slope), float(residual.max() / 1000.0), len(low))
-
-
-def read_json_lines(path: Path) -> list[dict]:
-    """JSON lines; a torn last line (a killed writer) is skipped."""
-    out = []
-    with open(path) as handle:
-        for line in handle:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
 
 
 def _host_names(network: dict) -> dict[int, str]:
@@ -228,8 +221,7 @@ class RunData:
         host, iter, and the record's own fields (comm_start_ns, comm_end_ns, bytes_sent, loss, ...)."""
         rows = []
         for log in sorted(self.path.glob("jobs/*/*.jsonl")):
-            records = read_json_lines(log)
-            anchor = next((r for r in records if r.get("type") == "anchor"), {})
+            anchor, records = read_json_lines(log)
             for rec in records:
                 if rec.get("type") == "iteration":
                     rows.append({"job": anchor.get("job", log.parent.name), "role": anchor.get("role"),
@@ -239,9 +231,13 @@ class RunData:
 
     @cached_property
     def events(self) -> pd.DataFrame:
-        """The controller's events (events.jsonl): `event`, `host_ns` and each event's fields."""
+        """The controller's events (events.jsonl), every line of it from the anchor on: `type`, `host_ns`
+        and each event's fields."""
         p = self.path / "events.jsonl"
-        return pd.DataFrame(read_json_lines(p)) if p.exists() else pd.DataFrame()
+        if not p.exists():
+            return pd.DataFrame()
+        anchor, records = read_json_lines(p)
+        return pd.DataFrame(([anchor] if anchor else []) + records)
 
     @cached_property
     def flows(self) -> pd.DataFrame:
@@ -249,7 +245,7 @@ class RunData:
         rows = []
         for log in sorted(self.path.glob("flows/*.receiver.jsonl")):
             flow = log.name[: -len(".receiver.jsonl")]
-            rows += [{"flow": flow, **r} for r in read_json_lines(log) if r.get("type") == "interval"]
+            rows += [{"flow": flow, **r} for r in read_json_lines(log)[1] if r.get("type") == "interval"]
         frame = pd.DataFrame(rows)
         return frame.drop(columns=["type"]) if not frame.empty else frame
 

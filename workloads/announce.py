@@ -35,7 +35,7 @@ def send_announcement(udp: socket.socket, log: JsonLog, dst: str, port: int, *, 
     msg = json.dumps({"job": job, "rank": rank, "iter": it, "bytes": nbytes, "lead_us": round(lead_us)}).encode()
     sent = time.monotonic_ns()
     udp.sendto(msg, (dst, port))
-    log.write(type="announce", direction="sent", monotonic_ns=sent, iter=it, lead_us=round(lead_us), dst=dst)
+    log.write("announce", host_ns=sent, direction="sent", iter=it, lead_us=round(lead_us), dst=dst)
     return sent
 
 
@@ -56,7 +56,7 @@ def start_listener(log: JsonLog, bind_addr: str, port: int) -> bool:
                 info = json.loads(data)
             except ValueError:
                 info = {}
-            log.write(type="announce", direction="received", monotonic_ns=time.monotonic_ns(),
+            log.write("announce", direction="received",
                       src=peer[0], **{k: info.get(k) for k in ("rank", "iter", "bytes", "lead_us")})
 
     threading.Thread(target=loop, daemon=True, name="pcn-start-listener").start()

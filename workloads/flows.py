@@ -3,7 +3,7 @@
 The receiver accepts one connection and records what arrives per interval ("interval" records:
 start_ns, end_ns, bytes, mbps) until the sender closes; the sender sends as fast as TCP lets it, for
 duration_s or until SIGTERM, and records what it handed to TCP per interval with its cwnd, smoothed RTT
-and retransmits. Congestion control is per socket (--cc); ECN is per host (see launcher).
+and retransmits. Congestion control is per socket (--cc); ECN is per host (see hosts.py).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _send(cfg: FlowConfig, log: JsonLog) -> None:
     sock = connect_retry(cfg.addr, cfg.port, cfg.timeout_s, cfg.cc)
-    log.write(type="connected", monotonic_ns=time.monotonic_ns(), cc=get_cc(sock), ecn=tcp_info(sock).get("ecn"))
+    log.write("connected", cc=get_cc(sock), ecn=tcp_info(sock).get("ecn"))
     buf = memoryview(bytearray(CHUNK))
     interval = int(cfg.interval_ms * 1e6)
     start = time.monotonic_ns()
@@ -60,7 +60,7 @@ def _send(cfg: FlowConfig, log: JsonLog) -> None:
             sent += sock.send(buf)
             now = time.monotonic_ns()
             if now - tick >= interval:
-                log.write(type="interval", start_ns=tick, end_ns=now, bytes=sent,
+                log.write("interval", start_ns=tick, end_ns=now, bytes=sent,
                           mbps=round(sent * 8e3 / (now - tick), 3), **tcp_info(sock))
                 tick, sent = now, 0
             if end is not None and now >= end:
@@ -77,7 +77,7 @@ def _receive(cfg: FlowConfig, log: JsonLog) -> None:
     except TimeoutError:
         raise ConnectionError(f"no sender connected within {cfg.timeout_s:.0f} s") from None
     server.close()
-    log.write(type="connected", monotonic_ns=time.monotonic_ns(), peer=peer[0])
+    log.write("connected", peer=peer[0])
     sock.settimeout(cfg.interval_ms / 1e3)
     buf = memoryview(bytearray(4 * CHUNK))
     interval = int(cfg.interval_ms * 1e6)
@@ -85,7 +85,7 @@ def _receive(cfg: FlowConfig, log: JsonLog) -> None:
 
     def flush(now: int) -> None:
         nonlocal tick, got
-        log.write(type="interval", start_ns=tick, end_ns=now, bytes=got, mbps=round(got * 8e3 / (now - tick), 3))
+        log.write("interval", start_ns=tick, end_ns=now, bytes=got, mbps=round(got * 8e3 / (now - tick), 3))
         tick, got = now, 0
 
     while True:

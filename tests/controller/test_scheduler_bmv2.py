@@ -15,11 +15,12 @@ import pytest
 from conftest import needs_bmv2
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
-from pcnlab.controller.events import EventLog, read_events
+from pcnlab.controller.events import EventLog
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.specs import PortQueue
 from pcnlab.controller.windows import PlannerConfig
+from pcnlab.jsonlines import read_json_lines
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology
 
@@ -40,11 +41,11 @@ def _send_bursts(net, ledger, iterations: int, src: str = "h2", dst: str = "h3",
 def _coverage(events: list[dict], after_ns: int = 0) -> tuple[int, int]:
     """(bursts whose first packet fell in a window armed in time, bursts that were confidently predicted
     once a queue stood at the port: no window is armed where there is nothing to drain)."""
-    clocks = [e for e in events if e["event"] == "clock"]
-    arms = {(e["start_us"], e["end_us"]): e for e in events if e["event"] == "arm"}
-    reports = [e for e in events if e["event"] == "report" and e["host_ns"] > after_ns]
+    clocks = [e for e in events if e["type"] == "clock"]
+    arms = {(e["start_us"], e["end_us"]): e for e in events if e["type"] == "arm"}
+    reports = [e for e in events if e["type"] == "report" and e["host_ns"] > after_ns]
     standing = next((r["t_us"] for r in reports if r["queue_pkts"] > 5), None)  # K_pre is 5
-    due = [e for e in events if e["event"] == "actual" and e["was_confident"] and e["host_ns"] > after_ns
+    due = [e for e in events if e["type"] == "actual" and e["was_confident"] and e["host_ns"] > after_ns
            and standing is not None and e["t_us"] > standing]
     hit = 0
     for actual in due:
@@ -85,13 +86,13 @@ def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
             with ControllerThread(controller) as thread:
                 sender = _send_bursts(net, run_folder.ledger, iterations=20)
                 sender.wait(30)
-                first = read_events(run_folder.path / "events.jsonl")
+                first = read_json_lines(run_folder.path / "events.jsonl")[1]
                 hit, due = _coverage(first)
                 assert due >= 13, "the controller did not become confident within 7 iterations"
                 assert hit >= 0.95 * due, (hit, due)
-                reports = [e for e in first if e["event"] == "report"]
+                reports = [e for e in first if e["type"] == "report"]
                 assert len(reports) == 20 and all(r["port"] == port and r["job"] == 1 for r in reports)
-                errors = sorted(abs(e["error_us"]) for e in first if e["event"] == "actual" and e["was_confident"])
+                errors = sorted(abs(e["error_us"]) for e in first if e["type"] == "actual" and e["was_confident"])
                 assert errors[len(errors) // 2] < 2000  # median prediction error under 2 ms of a 200 ms period
 
                 # Restart the switch mid-run: the controller reconfigures it, relearns, arms again.
@@ -100,8 +101,8 @@ def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
                 thread.call(controller.wait_configured(times=2, timeout=30), 40)
                 sender = _send_bursts(net, run_folder.ledger, iterations=15)
                 sender.wait(30)
-                after = read_events(run_folder.path / "events.jsonl")
-                assert any(e["event"] == "switch_ready" and e["host_ns"] > restarted_at for e in after)
+                after = read_json_lines(run_folder.path / "events.jsonl")[1]
+                assert any(e["type"] == "switch_ready" and e["host_ns"] > restarted_at for e in after)
                 hit, due = _coverage(after, after_ns=restarted_at)
                 assert due >= 8 and hit >= due - 1, (hit, due)
 
@@ -115,11 +116,11 @@ def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
                 controller.on_stop.append(read_windows_after_shutdown)
             # Stopped: the scheduler removed every window it had armed, from the table too.
             assert left_in_table == ["read"]
-            final = read_events(run_folder.path / "events.jsonl")
-            armed = {(e["start_us"], e["end_us"]) for e in final if e["event"] == "arm" and e["host_ns"] > restarted_at}
-            disarmed = {(e["start_us"], e["end_us"]) for e in final if e["event"] == "disarm" and e["host_ns"] > restarted_at}
+            final = read_json_lines(run_folder.path / "events.jsonl")[1]
+            armed = {(e["start_us"], e["end_us"]) for e in final if e["type"] == "arm" and e["host_ns"] > restarted_at}
+            disarmed = {(e["start_us"], e["end_us"]) for e in final if e["type"] == "disarm" and e["host_ns"] > restarted_at}
             assert armed and armed <= disarmed
-            assert final[-1]["event"] == "scheduler_stopped"
+            assert final[-1]["type"] == "scheduler_stopped"
         finally:
             for proc in (background, server):
                 proc.terminate()
@@ -175,14 +176,14 @@ def test_two_jobs_a_pause_and_a_new_period_keep_being_predicted(run_folder):
                 second = _send_bursts(net, run_folder.ledger, 14, src="h2", dst="h4", period_ms=150)
                 second.wait(30)
                 other.wait(30)
-            log = read_events(run_folder.path / "events.jsonl")
+            log = read_json_lines(run_folder.path / "events.jsonl")[1]
         finally:
             for proc in (background, server):
                 proc.terminate()
                 proc.wait()
             events.close()
     assert not stale, stale
-    starts = [e for e in log if e["event"] == "report" and e["kind"] != "sub-burst"]
+    starts = [e for e in log if e["type"] == "report" and e["kind"] != "sub-burst"]
     assert len([e for e in starts if e["job"] == 1]) == 28 and len([e for e in starts if e["job"] == 2]) >= 20
     # Coverage per job, after the first 5 iterations of each of job 1's phases and of job 2.
     job1 = [e for e in starts if e["job"] == 1]
@@ -195,8 +196,8 @@ def test_two_jobs_a_pause_and_a_new_period_keep_being_predicted(run_folder):
 
 def _covered_in_time(events: list[dict], reports: list[dict]) -> int:
     """How many of these burst starts fell inside a window of their job armed before them."""
-    clocks = [e for e in events if e["event"] == "clock"]
-    arms = [e for e in events if e["event"] == "arm"]
+    clocks = [e for e in events if e["type"] == "clock"]
+    arms = [e for e in events if e["type"] == "arm"]
     hit = 0
     for report in reports:
         clock = min(clocks, key=lambda c: abs(c["host_ns"] - report["host_ns"]))

@@ -144,14 +144,14 @@ background:
 
 
 def test_job_spec_kwargs_match_the_launcher(tmp_path):
-    launcher = pytest.importorskip("pcnlab.workloads.launcher")
+    specs = pytest.importorskip("pcnlab.workloads.specs")
     for name in SHIPPED:
         run = load_experiment(EXPERIMENTS / f"{name}.yaml").runs()[-1]
         for job in run.jobs:
-            spec = launcher.JobSpec(**job.job_spec_kwargs(run.seed))
+            spec = specs.JobSpec(**job.job_spec_kwargs(run.seed))
             assert spec.workers == job.workers
         for flow in run.background:
-            launcher.FlowSpec(**flow.flow_spec_kwargs(run.duration_s))
+            specs.FlowSpec(**flow.flow_spec_kwargs(run.duration_s))
 
 
 def test_port_mode_kwargs_match_the_data_plane():

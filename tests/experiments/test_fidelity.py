@@ -106,14 +106,14 @@ def test_telemetry_loss_does_not_count_records_that_arrived_late():
 
 def test_controller_lag_runs_from_a_report_to_the_window_write_it_caused():
     events = pd.DataFrame([
-        {"event": "report", "host_ns": 1_000_000_000, "switch": "s1", "port": 4, "job": 1, "t_us": 5000},
-        {"event": "arm", "host_ns": 1_003_000_000, "switch": "s1", "port": 4, "job": 1, "decided_us": 5000,
+        {"type": "report", "host_ns": 1_000_000_000, "switch": "s1", "port": 4, "job": 1, "t_us": 5000},
+        {"type": "arm", "host_ns": 1_003_000_000, "switch": "s1", "port": 4, "job": 1, "decided_us": 5000,
          "write_ms": 1.5},
-        {"event": "report", "host_ns": 2_000_000_000, "switch": "s1", "port": 4, "job": 1, "t_us": 905_000},
-        {"event": "arm", "host_ns": 2_007_000_000, "switch": "s1", "port": 4, "job": 1, "decided_us": 905_000,
+        {"type": "report", "host_ns": 2_000_000_000, "switch": "s1", "port": 4, "job": 1, "t_us": 905_000},
+        {"type": "arm", "host_ns": 2_007_000_000, "switch": "s1", "port": 4, "job": 1, "decided_us": 905_000,
          "write_ms": 2.5},
         # a timer's write, caused by no report
-        {"event": "arm", "host_ns": 2_500_000_000, "switch": "s1", "port": 4, "job": 1, "decided_us": 1_400_000,
+        {"type": "arm", "host_ns": 2_500_000_000, "switch": "s1", "port": 4, "job": 1, "decided_us": 1_400_000,
          "write_ms": 3.5},
     ])
     got = controller_lag(events)
@@ -140,9 +140,9 @@ def _run_folder(path: Path, fidelity: dict | None = None) -> Path:
     _frame(busy + lag).to_csv(path / "queue-s1.csv", index=False)
     (path / "queue-s1.summary.json").write_text(json.dumps({"switch": "s1", "records": 980, "lost": 20,
                                                             "out_of_order": 0}))
-    events = [{"event": "anchor", "host_ns": T0_NS, "wall": 0},
-              {"event": "report", "host_ns": T0_NS + 10**9, "switch": "s1", "port": 4, "job": 1, "t_us": 1_000_000},
-              {"event": "arm", "host_ns": T0_NS + 10**9 + 80_000_000, "switch": "s1", "port": 4, "job": 1,
+    events = [{"type": "anchor", "host_ns": T0_NS, "wall_time": 0},
+              {"type": "report", "host_ns": T0_NS + 10**9, "switch": "s1", "port": 4, "job": 1, "t_us": 1_000_000},
+              {"type": "arm", "host_ns": T0_NS + 10**9 + 80_000_000, "switch": "s1", "port": 4, "job": 1,
                "decided_us": 1_000_000, "write_ms": 1.2}]
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     cpu = []

@@ -75,17 +75,18 @@ def run_dir(tmp_path):
     jobs = run / "jobs" / "gen"
     jobs.mkdir(parents=True)
     for rank, host in enumerate(("h1", "h2")):
-        lines = [{"type": "anchor", "job": "gen", "role": "worker", "rank": rank, "host": host}]
+        lines = [{"type": "anchor", "host_ns": 0, "wall_time": 0, "job": "gen", "role": "worker", "rank": rank,
+                  "host": host}]
         for k, start in enumerate(ITER_US):
             comm = OFFSET_NS + start * 1000   # the worker starts sending at `start`
             lines.append({"type": "iteration", "iter": k, "compute_start_ns": comm - 1000, "comm_start_ns": comm,
                           "comm_end_ns": comm + 60_000_000})
         (jobs / f"worker{rank}-{host}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     # The controller armed a window before iterations 1 and 2; the one for iteration 2 opens too late.
-    events = [{"event": "anchor", "host_ns": 0},
-              {"event": "arm", "host_ns": OFFSET_NS + 250_000_000, "switch": "s1", "port": PORT, "job": 1,
+    events = [{"type": "anchor", "host_ns": 0, "wall_time": 0},
+              {"type": "arm", "host_ns": OFFSET_NS + 250_000_000, "switch": "s1", "port": PORT, "job": 1,
                "start_us": 290_000, "end_us": 310_000, "write_ms": 1.0},
-              {"event": "arm", "host_ns": OFFSET_NS + 450_000_000, "switch": "s1", "port": PORT, "job": 1,
+              {"type": "arm", "host_ns": OFFSET_NS + 450_000_000, "switch": "s1", "port": PORT, "job": 1,
                "start_us": 500_400, "end_us": 520_000, "write_ms": 1.0}]
     (run / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
     return run, expected

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from conftest import needs_bmv2
+from pcnlab.jsonlines import read_json_lines
 from pcnlab.ledger import LedgerData, is_running
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
@@ -120,8 +121,7 @@ def _check_iterations_against_the_raw_queue_log(run: Path, metrics: dict) -> Non
     workers = {int(metrics_port) for metrics_port in _ports_towards(run, ("h1", "h2"))}
     towards = raw[raw["port"].isin(workers) & (raw["class"] == "ddl")]
     assert len(towards) > 100 and (towards["payload_bytes"] < 64).all()
-    reports = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    reports = [e for e in reports if e["event"] == "report" and e["switch"] == "s1"]
+    reports = [e for e in read_json_lines(run / "events.jsonl")[1] if e["type"] == "report" and e["switch"] == "s1"]
     assert reports and not [e for e in reports if e["port"] in workers]
 
 

@@ -11,7 +11,7 @@ from pcnlab.results import RunData
 
 
 def _log(path, role, rank, host, records):
-    lines = [{"type": "anchor", "job": "train", "role": role, "rank": rank, "host": host, "monotonic_ns": 0}]
+    lines = [{"type": "anchor", "host_ns": 0, "wall_time": 0, "job": "train", "role": role, "rank": rank, "host": host}]
     lines += [{"type": "iteration", **r} for r in records]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pcnlab.experiments import config as experiment_config
-from pcnlab.workloads import JobSpec, start_job
+from pcnlab.workloads import JobSpec, Workloads
 from pcnlab.workloads import catalog
 from pcnlab.workloads.config import TrainConfig
 from pcnlab.workloads.datasets import DIGITS_CLASSES, digits, digits_split, shard_indices
@@ -85,7 +85,7 @@ def test_digits_models_learn_in_one_process(name):
 def test_training_on_digits_over_loopback(tmp_path, kind, model):
     hosts = dict(servers=("h1",), workers=("h2", "h3")) if kind == "ps" else dict(workers=("h1", "h2"))
     spec = JobSpec(name="digits", kind=kind, iterations=60, model=model, batch=32, lr=0.2, eval_every=20, **hosts)
-    job = start_job(None, None, spec, tmp_path).wait(timeout=90)
+    job = Workloads(tmp_path).start_job(spec).wait(timeout=90)
     evaluator = "ps0" if kind == "ps" else "worker0"
     for p in job.procs:
         records = job.records(p.label)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from workload_checks import check_log_format, check_ps_sync, check_ring_sync, losses
-from pcnlab.workloads import JobSpec, start_job
-from pcnlab.workloads.joblog import read_log
+from pcnlab.jsonlines import read_json_lines
+from pcnlab.workloads import JobSpec, Workloads
 
 LR = 0.2
 
@@ -15,7 +15,7 @@ LR = 0.2
 def test_ps_two_workers_average_and_stay_in_sync(tmp_path):
     spec = JobSpec(name="ps", kind="ps", servers=("h1",), workers=("h2", "h3"), iterations=3, model="mlp",
                    batch=64, lr=LR, dump_tensors=True)
-    job = start_job(None, None, spec, tmp_path).wait(timeout=90)
+    job = Workloads(tmp_path).start_job(spec).wait(timeout=90)
     for p in job.procs:
         check_log_format(p.log, 3)
     check_ps_sync(job, 3, LR)
@@ -27,7 +27,7 @@ def test_ps_two_workers_average_and_stay_in_sync(tmp_path):
 def test_ring_two_workers_bucketed_average_and_stay_in_sync(tmp_path):
     spec = JobSpec(name="ring", kind="ring", workers=("h1", "h2"), iterations=3, model="cnn", batch=32, lr=LR,
                    bucket_mb=0.002, dump_tensors=True)
-    job = start_job(None, None, spec, tmp_path).wait(timeout=90)
+    job = Workloads(tmp_path).start_job(spec).wait(timeout=90)
     for p in job.procs:
         its = check_log_format(p.log, 3)
         assert all(r["buckets"] > 1 for r in its)  # 2 KB buckets: the CNN's gradients take several
@@ -40,13 +40,13 @@ def test_ring_two_workers_bucketed_average_and_stay_in_sync(tmp_path):
 def test_generator_on_loopback(tmp_path):
     spec = JobSpec(name="gen", kind="burst", servers=("h1",), workers=("h2", "h3"), iterations=4,
                    burst_bytes=100_000, reply_bytes=10_000, period_ms=50, cc="reno", pcn_start=True)
-    job = start_job(None, None, spec, tmp_path).wait(timeout=30)
+    job = Workloads(tmp_path).start_job(spec).wait(timeout=30)
     ps = job.records("ps")
     assert [r["bytes_recv"] for r in ps] == [200_000] * 4 and [r["bytes_sent"] for r in ps] == [20_000] * 4
     starts = [r["comm_start_ns"] for r in job.records("worker0")]
     gaps = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
     assert all(40 < g < 60 for g in gaps), gaps
-    received = [r for r in read_log(job.logs["ps"])[1] if r["type"] == "announce"]
+    received = [r for r in read_json_lines(job.logs["ps"])[1] if r["type"] == "announce"]
     assert len(received) == 8  # every burst of both workers was announced
 
 
@@ -54,7 +54,7 @@ def test_generator_on_loopback(tmp_path):
 def test_generator_ring_on_loopback(tmp_path):
     spec = JobSpec(name="ring", kind="burst", pattern="ring", workers=("h1", "h2", "h3"), iterations=3,
                    burst_bytes=300_000, compute_ms=5)
-    job = start_job(None, None, spec, tmp_path).wait(timeout=30)
+    job = Workloads(tmp_path).start_job(spec).wait(timeout=30)
     for p in job.procs:
         its = check_log_format(p.log, 3)
         # A ring all-reduce of B over N workers: 2 (N - 1) steps of B / N each way.

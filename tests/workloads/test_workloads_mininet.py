@@ -11,8 +11,8 @@ import pytest
 
 from conftest import needs_bmv2, needs_mininet
 from pcnlab.errors import UsageError
-from pcnlab.workloads import PCN_START_DSCP, FlowSpec, JobSpec, WorkloadError, start_flows, start_job
-from pcnlab.workloads.joblog import read_log
+from pcnlab.jsonlines import read_json_lines
+from pcnlab.workloads import PCN_START_DSCP, FlowSpec, JobSpec, WorkloadError, Workloads
 from workload_checks import (bursts, capture, check_log_format, check_ps_sync, check_ring_sync, losses, network,
                              pids_alive, processes_in_namespaces, read_pcap)
 
@@ -30,7 +30,8 @@ def test_ps_and_ring_jobs_train_in_their_hosts(run_folder, switch):
     ring = JobSpec(name="ring", kind="ring", workers=("h6", "h7", "h8"), iterations=3, model=model,
                    profile_scale=0.01, lr=LR, bucket_mb=0.25, compute_ms=10, dump_tensors=True)
     with network(run_folder, switch, "star", hosts=8) as net:
-        jobs = [start_job(net, run_folder.ledger, spec, run_folder.path) for spec in (ps, ring)]
+        workloads = Workloads(run_folder.path, net=net, ledger=run_folder.ledger)
+        jobs = [workloads.start_job(spec) for spec in (ps, ring)]
         try:
             for job in jobs:
                 job.wait(timeout=120)
@@ -43,7 +44,7 @@ def test_ps_and_ring_jobs_train_in_their_hosts(run_folder, switch):
     for job in jobs:
         for p in job.procs:
             check_log_format(p.log, 3)
-            assert read_log(p.log)[0]["host"] == p.host
+            assert read_json_lines(p.log)[0]["host"] == p.host
     check_ps_sync(ps_job, 3, LR)
     check_ring_sync(ring_job, 3, LR)
     for run in losses(ps_job) + (losses(ring_job) if model == "cnn" else []):
@@ -60,12 +61,12 @@ def test_generator_bursts_on_the_wire(run_folder, switch):
                    pcn_start=True)
     with network(run_folder, switch, "star", hosts=4, bw=50) as net:
         with capture(net, run_folder.ledger, "h1", run_folder.path / "h1.pcap") as pcap:
-            with start_job(net, run_folder.ledger, spec, run_folder.path) as job:
+            with Workloads(run_folder.path, net=net, ledger=run_folder.ledger).start_job(spec) as job:
                 job.wait(timeout=60)
             time.sleep(0.2)
         assert net.host("h2").cmd("cat /proc/sys/net/ipv4/tcp_ecn").strip() == "1"
     packets = read_pcap(pcap)
-    ps_ip, port = "10.0.0.1", read_log(job.logs["ps"])[0]["config"]["port"]
+    ps_ip, port = "10.0.0.1", read_json_lines(job.logs["ps"])[0]["config"]["port"]
     for n, worker in enumerate(("h2", "h3", "h4")):
         ip = f"10.0.0.{n + 2}"
         data = [p for p in packets if p.src == ip and p.dst == ps_ip and p.proto == 6 and p.payload > 0]
@@ -97,7 +98,7 @@ def test_background_flows_alone_reach_the_link_rate(run_folder, switch):
     specs = [FlowSpec("h2", "h1", cc="bbr", duration_s=4, interval_ms=250),
              FlowSpec("h3", "h4", cc="reno", ecn=True, duration_s=4, interval_ms=250)]
     with network(run_folder, switch, "star", hosts=4, bw=rate) as net:
-        with start_flows(net, run_folder.ledger, specs, run_folder.path) as flows:
+        with Workloads(run_folder.path, net=net, ledger=run_folder.ledger).start_flows(specs) as flows:
             flows.wait(timeout=30)
     for name, cc, ecn in (("h2-h1", "bbr", False), ("h3-h4", "reno", True)):
         intervals = flows.throughput()[name]
@@ -106,7 +107,7 @@ def test_background_flows_alone_reach_the_link_rate(run_folder, switch):
         mbps = sum(i["bytes"] for i in steady) * 8e3 / sum(i["end_ns"] - i["start_ns"] for i in steady)
         print(f"{switch} {name} {cc}: {mbps:.2f} Mbit/s on a {rate:g} Mbit/s link")
         assert 0.85 * rate <= mbps <= 1.05 * rate, (name, mbps, [i["mbps"] for i in intervals])
-        connected = next(r for r in read_log(flows.logs[f"{name}.sender"])[1] if r["type"] == "connected")
+        connected = next(r for r in read_json_lines(flows.logs[f"{name}.sender"])[1] if r["type"] == "connected")
         assert connected["cc"] == cc and connected["ecn"] is ecn, connected
 
 
@@ -116,15 +117,15 @@ def test_killing_a_worker_ends_the_job_and_leaves_nothing(run_folder):
     with network(run_folder, "bridge", "star", hosts=4) as net:
         shells = {h.pid for h in net.net.hosts}
         inodes = {ns.inode for ns in run_folder.ledger.data.namespaces}
-        job = start_job(net, run_folder.ledger, spec, run_folder.path)
+        workloads = Workloads(run_folder.path, net=net, ledger=run_folder.ledger)
+        job = workloads.start_job(spec)
         try:
             # gloo's sockets take the hosts' defaults: the job set them in every one of its hosts.
             for h in ("h1", "h4"):
                 assert net.host(h).cmd("cat /proc/sys/net/ipv4/tcp_congestion_control").strip() == "reno"
                 assert net.host(h).cmd("cat /proc/sys/net/ipv4/tcp_ecn").strip() == "1"
             with pytest.raises(UsageError, match="host h2 already has net.ipv4.tcp_ecn=1 for job doomed"):
-                start_job(net, run_folder.ledger, JobSpec(name="other", kind="burst", servers=("h1",),
-                                                          workers=("h2",), ecn=False), run_folder.path)
+                workloads.start_job(JobSpec(name="other", kind="burst", servers=("h1",), workers=("h2",), ecn=False))
             victim = next(p for p in job.procs if p.label == "worker1")
             deadline = time.monotonic() + 90
             while not (victim.log.exists() and job.records(victim.label)):

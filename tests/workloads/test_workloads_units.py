@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads import PCN_START_DSCP, FlowSpec, JobSpec, start_flows, start_job
+from pcnlab.workloads import PCN_START_DSCP, FlowSpec, JobSpec, Workloads
 from pcnlab.workloads.config import BurstConfig, TrainConfig, parse_config, to_argv
 from pcnlab.workloads.netutil import PCN_START_TOS, allowed_cc, available_cc, check_cc
 from pcnlab.workloads.profiles import profile, scaled, total_params
@@ -72,7 +72,7 @@ def test_missing_congestion_control_is_a_one_line_error(tmp_path):
     for cc in (available_cc() if os.geteuid() == 0 else allowed_cc()):
         check_cc(cc)
     with pytest.raises(UsageError, match=f"TCP congestion control '{missing}' is not available") as info:
-        start_flows(None, None, [FlowSpec("h1", "h2", cc=missing)], tmp_path)
+        Workloads(tmp_path).start_flows([FlowSpec("h1", "h2", cc=missing)])
     assert "\n" not in str(info.value) and not (tmp_path / "flows").exists()
     # The processes say the same when started by hand.
     proc = subprocess.run([sys.executable, "-m", "pcnlab.workloads.flows", "--cc", missing, "--log",
@@ -82,6 +82,6 @@ def test_missing_congestion_control_is_a_one_line_error(tmp_path):
 
 def test_host_level_settings_are_refused_on_loopback(tmp_path):
     with pytest.raises(UsageError, match="ECN is set per host network namespace"):
-        start_flows(None, None, [FlowSpec("h1", "h2", ecn=True)], tmp_path)
+        Workloads(tmp_path).start_flows([FlowSpec("h1", "h2", ecn=True)])
     with pytest.raises(UsageError, match="congestion control is set per host"):
-        start_job(None, None, JobSpec(name="r", kind="ring", workers=("h1", "h2"), cc="cubic"), tmp_path)
+        Workloads(tmp_path).start_job(JobSpec(name="r", kind="ring", workers=("h1", "h2"), cc="cubic"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from pcnlab.workloads.joblog import read_log
+from pcnlab.jsonlines import read_json_lines
 
 
 def load(folder: Path, tag: str) -> dict[str, torch.Tensor]:
@@ -20,12 +20,13 @@ def load(folder: Path, tag: str) -> dict[str, torch.Tensor]:
 
 
 def check_log_format(path: Path, iterations: int) -> list[dict]:
-    anchor, records = read_log(path)
-    assert anchor["type"] == "anchor" and anchor["wall_time"] > 1e9 and anchor["monotonic_ns"] > 0
+    anchor, records = read_json_lines(path)
+    assert anchor["type"] == "anchor" and anchor["wall_time"] > 1e9 and anchor["host_ns"] > 0
+    assert all(r["host_ns"] >= anchor["host_ns"] for r in records)
     its = [r for r in records if r["type"] == "iteration"]
     assert [r["iter"] for r in its] == list(range(iterations)), path
     for r in its:
-        assert anchor["monotonic_ns"] <= r["compute_start_ns"] <= r["compute_end_ns"], r
+        assert anchor["host_ns"] <= r["compute_start_ns"] <= r["compute_end_ns"] <= r["host_ns"], r
         assert r["comm_start_ns"] <= r["comm_end_ns"], r
         assert r["bytes_sent"] > 0 and r["bytes_recv"] > 0
         assert "loss" in r

@@ -1,0 +1,81 @@
+"""The one schema of every JSON-lines log a run writes: the controller's events (events.jsonl,
+controller/events.py) and every workload process's log (jobs/<job>/*.jsonl, flows/*.jsonl,
+workloads/joblog.py).
+
+One JSON object per line. Every line has
+
+    "type"      what the line records (anchor, report, arm, iteration, interval, error, end, ...)
+    "host_ns"   when, on the host's monotonic clock in nanoseconds (`time.monotonic_ns()`: one clock for
+                the whole machine, since Mininet hosts share the kernel; the queue log's host_ns is the
+                same clock): when the line was written, unless the writer gives the moment it records
+
+and then the fields of its type. The first line is the anchor, which ties that clock to wall time:
+
+    {"type": "anchor", "host_ns": ..., "wall_time": <time.time() at the same moment>, ...}
+
+so a line's wall time is `anchor.wall_time + (line.host_ns - anchor.host_ns) / 1e9`. Times inside a
+record (an iteration's comm_start_ns, an interval's start_ns, ...) are on the same clock. A line cut
+short by a killed writer is skipped on reading. Logs written before this schema ("event" and "wall",
+or "monotonic_ns" and "wall_time") are not read: `read_json_lines` says so in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from pcnlab.errors import UsageError
+
+ANCHOR = "anchor"
+
+
+class JsonLines:
+    """Appends one line per record and flushes it, so a killed process keeps what it wrote. The anchor
+    (with `anchor_fields`) is written on opening. Safe to write from several threads."""
+
+    def __init__(self, path: str | Path, **anchor_fields):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file = open(self.path, "a", buffering=1)
+        self.write(ANCHOR, wall_time=time.time(), **anchor_fields)
+
+    def write(self, record_type: str, /, *, host_ns: int | None = None, **fields) -> None:
+        line = json.dumps({"type": record_type, "host_ns": time.monotonic_ns() if host_ns is None else host_ns,
+                           **fields}, separators=(",", ":"), default=str)
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(line + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+
+def read_json_lines(path: str | Path) -> tuple[dict, list[dict]]:
+    """(the anchor, every line after it); ({}, []) for an empty file. A UsageError naming the file when
+    its first line is not this schema's anchor (a log from an older version, or no log of ours)."""
+    anchor: dict = {}
+    records: list[dict] = []
+    with open(path) as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if not anchor and not records:
+                if not (isinstance(record, dict) and record.get("type") == ANCHOR and "host_ns" in record
+                        and "wall_time" in record):
+                    raise UsageError(f"{path}: not in this version's log format (its first line should be "
+                                     f'{{"type": "anchor", "host_ns": ..., "wall_time": ...}}); logs of runs made '
+                                     f"before the format changed cannot be read: run the experiment again")
+                anchor = record
+                continue
+            records.append(record)
+    return anchor, records

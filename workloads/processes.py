@@ -1,0 +1,219 @@
+"""The processes of a workload, and the groups that live and die together: a job's ranks (JobHandle),
+a set of background flows (FlowsHandle).
+
+A group starts each process in its host, records it in the run's ledger at once, and ends exactly
+those processes (SIGTERM, then SIGKILL after a grace period). The first process to fail stops the rest
+and becomes one WorkloadError line: which rank, how it ended, its own last error, where the logs are.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from pcnlab.errors import PcnLabError
+from pcnlab.jsonlines import read_json_lines
+from pcnlab.workloads.hosts import Hosts
+from pcnlab.workloads.specs import FlowSpec, JobSpec
+
+STOP_GRACE_S = 2.0
+
+
+class WorkloadError(PcnLabError):
+    """A job or flow failed or timed out; the message names the process, and where its logs are."""
+
+
+def process_env(iface: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME=iface)
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d warns that hosts have no DNS name; they need none
+    return env
+
+
+@dataclass
+class WorkloadProcess:
+    label: str          # ps0, worker2, sender, receiver
+    rank: int           # the torch rank; the generator's worker index (-1 for its PS)
+    host: str
+    ip: str
+    argv: list[str]
+    log: Path
+    output: Path
+    popen: subprocess.Popen | None = field(default=None, repr=False)
+    returncode: int | None = None
+    ended_ns: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def describe(self) -> str:
+        return f"{self.label} on {self.host}" if self.rank < 0 else f"rank {self.rank} ({self.label} on {self.host})"
+
+    def how_it_ended(self) -> str:
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            try:
+                return f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"was killed by signal {-rc}"
+        return f"exited with status {rc}"
+
+    def last_error(self) -> str:
+        """The process's own one-line error: from its log, else (a failed exit) its output's last line.
+        A process ended by a signal said nothing; what it printed before is not why it ended."""
+        try:
+            for rec in reversed(read_json_lines(self.log)[1]):
+                if rec.get("type") == "error":
+                    return rec["message"]
+        except (OSError, PcnLabError):  # no log yet, or not one of ours: the output may say more
+            pass
+        if self.returncode is None or self.returncode <= 0:
+            return ""
+        try:
+            lines = [ln.strip() for ln in self.output.read_text(errors="replace").splitlines()
+                     if ln.strip() and not ln.startswith(("[W", "Warning", "warnings.warn"))]
+        except OSError:
+            return ""
+        return lines[-1][:300] if lines else ""
+
+    def signal(self, sig: int) -> None:
+        try:
+            self.popen.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+class ProcessGroup:
+    """Processes that live and die together; the base of JobHandle and FlowsHandle."""
+
+    what = "workload"
+
+    def __init__(self, name: str, folder: Path, procs: list[WorkloadProcess]):
+        self.name = name
+        self.folder = folder
+        self.procs = procs
+        self._outputs: list = []
+        self.failure: str | None = None
+        self.started = time.monotonic()
+
+    def launch(self, hosts: Hosts, ledger, proc: WorkloadProcess, cwd: Path) -> None:
+        """Start one of the group's processes in its host, in its own working folder `cwd`."""
+        cwd.mkdir(parents=True, exist_ok=True)
+        out = open(proc.output, "wb")
+        self._outputs.append(out)
+        proc.popen = hosts.popen(proc.host, proc.argv, cwd=str(cwd), env=process_env(hosts.iface(proc.host)),
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        if ledger is not None:
+            ledger.add_process(proc.popen.pid, f"{self.what} {self.name}: {proc.describe()}")
+
+    def _poll(self) -> list[WorkloadProcess]:
+        newly = []
+        for p in self.procs:
+            if p.returncode is None and p.popen is not None:
+                rc = p.popen.poll()
+                if rc is not None:
+                    p.returncode, p.ended_ns = rc, time.monotonic_ns()
+                    newly.append(p)
+        return newly
+
+    def check(self) -> bool:
+        """True once every process has ended well; WorkloadError (after stopping the rest) on a failure."""
+        if self.failure:
+            raise WorkloadError(self.failure)
+        failed = [p for p in self._poll() if p.returncode != 0]
+        if failed:
+            # Of those seen failing in the same look, a killed process is the cause, the rest its echo.
+            first = sorted(failed, key=lambda p: (p.returncode >= 0, p.rank))[0]
+            self.stop()
+            error = first.last_error()
+            self.failure = (f"{self.what} {self.name}: {first.describe()} {first.how_it_ended()}"
+                            + (f" ({error})" if error else "")
+                            + f"; stopped the rest; logs in {self.folder}")
+            raise WorkloadError(self.failure)
+        return all(p.returncode == 0 for p in self.procs)
+
+    def wait(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        while not self.check():
+            if time.monotonic() > deadline:
+                self.stop()
+                self.failure = (f"{self.what} {self.name} did not finish within {timeout:g} s; stopped it; "
+                                f"logs in {self.folder}")
+                raise WorkloadError(self.failure)
+            time.sleep(0.05)
+        self._close_outputs()
+        return self
+
+    def alive(self) -> list[WorkloadProcess]:
+        return [p for p in self.procs if p.popen is not None and p.popen.poll() is None]
+
+    def stop(self, order: Sequence[Sequence[WorkloadProcess]] | None = None) -> None:
+        """End exactly this group's processes: SIGTERM, then SIGKILL after a grace period; reap them."""
+        for batch in order or [self.procs]:
+            victims = [p for p in batch if p.popen is not None and p.popen.poll() is None]
+            for p in victims:
+                p.signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while time.monotonic() < deadline and any(p.popen.poll() is None for p in victims):
+                time.sleep(0.02)
+            for p in victims:
+                if p.popen.poll() is None:
+                    p.signal(signal.SIGKILL)
+            for p in victims:
+                p.popen.wait()
+        for p in self.procs:
+            if p.popen is not None and p.returncode is None:
+                p.returncode, p.ended_ns = p.popen.wait(), time.monotonic_ns()
+        self._close_outputs()
+
+    def _close_outputs(self) -> None:
+        for f in self._outputs:
+            f.close()
+
+    @property
+    def logs(self) -> dict[str, Path]:
+        return {p.label: p.log for p in self.procs}
+
+    def records(self, label: str) -> list[dict]:
+        """The iteration (or interval) records of one process's log."""
+        kinds = {"iteration", "interval"}
+        return [r for r in read_json_lines(self.logs[label])[1] if r.get("type") in kinds]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class JobHandle(ProcessGroup):
+    what = "job"
+
+    def __init__(self, spec: JobSpec, folder: Path, procs: list[WorkloadProcess]):
+        super().__init__(spec.name, folder, procs)
+        self.spec = spec
+
+
+class FlowsHandle(ProcessGroup):
+    what = "background flows"
+
+    def __init__(self, name: str, folder: Path, procs: list[WorkloadProcess], specs: list[FlowSpec]):
+        super().__init__(name, folder, procs)
+        self.specs = specs
+
+    def stop(self, order=None) -> None:
+        # Senders first, so each receiver sees the end of its stream and logs its last interval.
+        senders = [p for p in self.procs if p.label.endswith(".sender")]
+        receivers = [p for p in self.procs if p.label.endswith(".receiver")]
+        super().stop(order or [senders, receivers])
+
+    def throughput(self) -> dict[str, list[dict]]:
+        """Per flow: the receiver's intervals (start_ns, end_ns, bytes, mbps)."""
+        return {p.label[: -len(".receiver")]: self.records(p.label)
+                for p in self.procs if p.label.endswith(".receiver")}

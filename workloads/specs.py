@@ -1,0 +1,133 @@
+"""What to run: a DDL job (JobSpec) or a background TCP flow (FlowSpec), checked as it is made.
+
+Hosts are topology names (h1, ...). A bad spec is a one-line UsageError; `Workloads` (launcher.py)
+starts good ones. This module owns the job kinds and the rule for job and flow names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from pcnlab.errors import UsageError
+from pcnlab.workloads.catalog import check_model
+from pcnlab.workloads.config import BURST_PATTERNS
+
+JOB_KINDS = ("ps", "ring", "burst")
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")   # job and flow names: they become file names
+
+
+def check_name(what: str, name: str) -> None:
+    if not NAME_RE.fullmatch(name):
+        raise UsageError(f"{what} name {name!r}: use letters, digits, '.', '_' and '-' only")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One DDL job: PyTorch parameter server ("ps"), PyTorch ring all-reduce ("ring") or the burst
+    generator ("burst", with pattern "ps" or "ring")."""
+
+    name: str
+    kind: str
+    workers: tuple[str, ...]
+    servers: tuple[str, ...] = ()    # ps: one host per PS shard; burst/ps: exactly one; ring: none
+    iterations: int = 10
+    compute_ms: float = 0.0
+    # PyTorch jobs
+    model: str = "mlp"               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
+    profile_scale: float = 0.01
+    batch: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    bucket_mb: float = 25.0
+    eval_every: int = 10             # real models: test accuracy every this many iterations and at the end
+    dump_tensors: bool = False       # write every iteration's tensors to jobs/<job>/tensors (small models)
+    # the burst generator
+    pattern: str = "ps"
+    burst_bytes: int = 1_000_000
+    reply_bytes: int | None = None   # None: burst_bytes
+    period_ms: float = 0.0
+    jitter_ms: float = 0.0
+    pcn_start: bool = False          # every job kind: announce each burst (PCN-START) one lead ahead
+    pcn_lead_us: float = 0.0         # 0: one smoothed RTT
+    # transport
+    cc: str | None = None            # burst: per socket; torch jobs: the hosts' default (sysctl)
+    ecn: bool | None = None          # per host (network namespace); None: leave the host as it is
+    port: int = 0                    # 0: chosen by the launcher
+    seed: int = 0
+    timeout_s: float = 120.0         # the processes' own rendezvous / connect timeout
+
+    def __post_init__(self):
+        object.__setattr__(self, "workers", tuple(self.workers))
+        object.__setattr__(self, "servers", tuple(self.servers))
+        if self.kind not in JOB_KINDS:
+            raise UsageError(f"job {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(JOB_KINDS)}")
+        check_name("job", self.name)
+        if not self.workers:
+            raise UsageError(f"job {self.name!r}: needs at least one worker host")
+        if self.iterations < 1:
+            raise UsageError(f"job {self.name!r}: iterations must be at least 1")
+        if self.kind == "burst" and self.pattern not in BURST_PATTERNS:
+            raise UsageError(f"job {self.name!r}: unknown pattern {self.pattern!r}; choose one of "
+                             f"{', '.join(BURST_PATTERNS)}")
+        if self.comm_pattern == "ps" and (not self.servers or (self.kind == "burst" and len(self.servers) != 1)):
+            want = "exactly one PS host" if self.kind == "burst" else "at least one PS host (servers)"
+            raise UsageError(f"job {self.name!r}: a parameter-server job needs {want}")
+        if self.comm_pattern == "ring":
+            if self.servers:
+                raise UsageError(f"job {self.name!r}: a ring job has no servers; list every host as a worker")
+            if len(self.workers) < 2:
+                raise UsageError(f"job {self.name!r}: a ring needs at least two workers")
+        if self.kind == "burst" and self.pattern == "ring" and len(set(self.workers)) != len(self.workers):
+            raise UsageError(f"job {self.name!r}: a generator ring needs distinct worker hosts")
+        if self.kind != "burst":
+            check_model(self.model, self.profile_scale)
+        if self.eval_every < 0:
+            raise UsageError(f"job {self.name!r}: eval_every must be 0 (only at the end) or more")
+
+    @property
+    def comm_pattern(self) -> str:
+        return self.pattern if self.kind == "burst" else self.kind
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every host the job runs on, once each, sorted."""
+        return sorted({*self.servers, *self.workers})
+
+    def placements(self) -> list[tuple[str, int, str]]:
+        """(label, rank, host) per process: torch ranks are PS shards first, then workers; the generator's
+        PS has rank -1."""
+        if self.kind == "burst":
+            out = [(f"worker{i}", i, h) for i, h in enumerate(self.workers)]
+            return ([("ps", -1, self.servers[0])] + out) if self.pattern == "ps" else out
+        servers = self.servers if self.kind == "ps" else ()
+        return ([(f"ps{i}", i, h) for i, h in enumerate(servers)]
+                + [(f"worker{i}", len(servers) + i, h) for i, h in enumerate(self.workers)])
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """A long-lived background TCP flow from src to dst."""
+
+    src: str
+    dst: str
+    cc: str | None = None            # cubic, reno, bbr, dctcp (where the kernel has it)
+    ecn: bool | None = None          # set on the sender's host (ECN is per network namespace)
+    duration_s: float = 0.0          # 0: until stop()
+    interval_ms: float = 100.0
+    port: int = 0
+    name: str = ""                   # default: <src>-<dst>[-n]
+
+
+def flow_labels(flows: Sequence[FlowSpec]) -> list[str]:
+    """Each flow's name in file names: its own, or <src>-<dst>, numbered from the second of a kind on."""
+    labels, seen = [], {}
+    for f in flows:
+        base = f.name or f"{f.src}-{f.dst}"
+        check_name("flow", base)
+        seen[base] = seen.get(base, 0) + 1
+        labels.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    if len(set(labels)) != len(labels):
+        raise UsageError("two flows have the same name; name them apart")
+    return labels
