@@ -9,6 +9,7 @@ thread for callers that are not async (the Mininet runner, the CLI).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ import finsy as fy
 from pcnlab.controller.dataplane import BURST_DIGEST, BurstStart, DataPlaneConfig, PortMode, window_entry
 from pcnlab.controller.forwarding import route_entries
 from pcnlab.controller.program import P4Program
-from pcnlab.controller.specs import SwitchEndpoint
+from pcnlab.controller.specs import PortQueue, SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift
 from pcnlab.errors import PcnLabError
 
@@ -122,6 +123,20 @@ class PcnController:
         """Change a port's mode on a running switch (no restart, no recompilation)."""
         await self.switches[switch].modify([self.dataplane[switch].mode_entry(port, mode)])
         self.modes[switch][port] = mode
+
+    async def set_queue_rate(self, switch: str, port: int, rate_pps: int) -> float:
+        """Change a port's egress queue rate on a running switch (BMv2's thrift runtime, like every queue
+        setting), and keep it as the port's rate: a switch that restarts gets it back. Returns the
+        call's latency in seconds."""
+        endpoint = self.endpoints[switch]
+        queues = [q for q in endpoint.queues if q.port != port]
+        old = next((q for q in endpoint.queues if q.port == port), PortQueue(port))
+        queue = dataclasses.replace(old, rate_pps=rate_pps)
+        self.endpoints[switch] = dataclasses.replace(endpoint, queues=tuple(sorted(queues + [queue],
+                                                                                   key=lambda q: q.port)))
+        started = time.monotonic()
+        await asyncio.to_thread(apply_queues, dataclasses.replace(endpoint, queues=(PortQueue(port, rate_pps),)))
+        return time.monotonic() - started
 
     async def arm_window(self, switch: str, port: int, start_us: int, end_us: int) -> float:
         """Write a pre-drain window; returns the write's latency in seconds."""

@@ -12,6 +12,7 @@ import finsy as fy
 from pcnlab.errors import UsageError
 
 MODES = ("droptail", "ecn", "pcn", "pcn-host")
+K_PRE_MODES = ("pcn", "pcn-host")   # the modes with a lower threshold K_pre for background (the others ignore it)
 MAX_PORTS = 64          # as in p4src/headers.p4
 MAX_JOBS = 16           # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)
 MAX_JOB_ID = MAX_JOBS - 1
@@ -22,6 +23,11 @@ MAX_TELEMETRY_EVERY = (1 << 32) - 1   # telemetry_every: a bit<32> of every port
 BURST_DIGEST = "burst_digest_t"
 CLASS_BACKGROUND, CLASS_DDL = 0, 1
 CLASS_NAMES = {CLASS_BACKGROUND: "background", CLASS_DDL: "ddl"}
+
+
+def k_pre_fits(mode: str, k: int, k_pre: int) -> bool:
+    """K_pre is a lower threshold than K where the mode has one (K_PRE_MODES): 0 <= k_pre <= k."""
+    return mode not in K_PRE_MODES or 0 <= k_pre <= k
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class PortMode:
     def __post_init__(self):
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        if not (0 <= self.k_pre <= self.k <= MAX_QDEPTH):
+        if not 0 <= self.k <= MAX_QDEPTH or not k_pre_fits(self.mode, self.k, self.k_pre):
             raise UsageError(f"mode {self.mode}: need 0 <= k_pre ({self.k_pre}) <= k ({self.k})")
         if not 0 < self.hold_us <= MAX_BURST_GAP_US:
             raise UsageError(f"mode {self.mode}: hold_us must be between 1 and {MAX_BURST_GAP_US}, not {self.hold_us}")

@@ -35,7 +35,8 @@ def endpoints_file(topology: Path) -> Path:
 
 def _run_config(folder: Path, mode: str | None, k: int | None, k_pre: int | None):
     """The run's resolved configuration, with the mode changes asked for; None for a slice."""
-    from pcnlab.experiments.config import MODES, RunConfig
+    from pcnlab.controller.dataplane import MODES
+    from pcnlab.experiments.config.runs import RunConfig
 
     path = folder / "config.yaml"
     if not path.exists():

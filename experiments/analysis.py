@@ -44,6 +44,10 @@ def training_metrics(run: RunData) -> dict:
     for _, rows in workers.groupby(["job", "host"]):
         gaps += list(np.diff(rows["compute_start_ns"].to_numpy()) / 1e6)
     out: dict = {"iteration_ms": stats(gaps)}
+    if gaps:  # training throughput: iterations per second of every worker, and the tail of their times
+        out["iteration_ms"]["p99"] = float(np.percentile(gaps, 99))
+        out["iterations_per_s"] = 1000.0 / float(np.mean(gaps))
+    out.update(gradient_delivery(table))
     if "loss" in workers and workers["loss"].notna().any():
         per_iter = workers.groupby("iter")["loss"].mean().dropna()
         out["loss_first"], out["loss_last"] = float(per_iter.iloc[0]), float(per_iter.iloc[-1])
@@ -54,6 +58,22 @@ def training_metrics(run: RunData) -> dict:
         out["test_loss_final"] = float(evals["test_loss"].iloc[-1])
         out["accuracy_iteration"] = int(evals.index[-1])
     return out
+
+
+def gradient_delivery(table: pd.DataFrame) -> dict:
+    """The share of the workers' gradient bytes the PS used: LTP's PS logs what arrived before each
+    iteration closed (and how it closed); over TCP every byte arrives or the iteration never ends (1)."""
+    ps = table[table["role"] == "ps"]
+    if ps.empty:
+        return {}
+    if "delivered_fraction" not in ps or ps["delivered_fraction"].isna().all():
+        return {"gradient_fraction": 1.0} if "params_sha" in ps else {}
+    ltp = ps[ps["delivered_fraction"].notna()]
+    closes = ltp["ltp_close"].value_counts().to_dict() if "ltp_close" in ltp else {}
+    return {"gradient_fraction": float(ltp["bytes_recv"].sum() / ltp["gradient_bytes"].sum()),
+            "gradient_fraction_min": float(ltp["delivered_fraction"].min()),
+            "early_close": {str(k): int(v) for k, v in closes.items() if k != "complete"},
+            "bytes_lost": int(ltp["bytes_lost"].sum()), "bytes_filled": int(ltp["bytes_filled"].sum())}
 
 
 def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] | None) -> dict:

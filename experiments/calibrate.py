@@ -33,7 +33,7 @@ from pcnlab.controller.program import P4Program
 from pcnlab.controller.specs import PortQueue
 from pcnlab.errors import PcnLabError
 from pcnlab.experiments.calibration import save_calibration
-from pcnlab.experiments.config import FidelityConfig
+from pcnlab.experiments.config.runs import FidelityConfig
 from pcnlab.experiments.fidelity import backlogged_rate, cpu_figures, processing_lag_us
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.experiments.sampler import CpuSampler

@@ -16,7 +16,7 @@ from pcnlab.controller.program import P4Program
 from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.windows import PlannerConfig
-from pcnlab.experiments.config import RunConfig
+from pcnlab.experiments.config.runs import RunConfig
 
 
 def flow_classes(run: RunConfig, ips: dict[str, str]) -> tuple[FlowClass, ...]:

@@ -6,7 +6,7 @@ logs and their summaries, events.jsonl, endpoints.json, config.yaml), written to
      "checks": {"thresholds": {...}, "cpu": {...}, "ports": [...], "lag_us": {...}, "telemetry": {...},
                 "controller": {...}, "unmeasured": [...]}}
 
-What is checked (thresholds: the run's `fidelity:` settings, experiments/config.py):
+What is checked (thresholds: the run's `fidelity:` settings, experiments/config/schema.py):
 - CPU (cpu.csv, experiments/sampler.py), over the queue log's span: each BMv2 process's share of one
   core (p95 at most max_bmv2_cpu_pct: `pcnlab calibrate` finds one switch starts losing packets as
   its process nears a whole core, while no single thread of it does), its busiest thread's, and how
@@ -40,7 +40,7 @@ import pandas as pd
 
 from pcnlab.experiments.analysis import stats
 from pcnlab.experiments.calibration import load_calibration
-from pcnlab.experiments.config import FidelityConfig
+from pcnlab.experiments.config.runs import FidelityConfig
 from pcnlab.experiments.metrics import json_safe
 from pcnlab.results import RunData
 from pcnlab.topologies.routing import rate_mbps

@@ -1,6 +1,6 @@
 """Published figures our results are compared with, as data: the one place they are written down.
 
-An experiment declares `reference: <name>` (experiments/config.py); `pcnlab report` then shows the
+An experiment declares `reference: <name>` (experiments/config/schema.py); `pcnlab report` then shows the
 figures beside ours, in their own column. Each figure is keyed by its metric's key in metrics.json.
 """
 

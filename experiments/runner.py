@@ -15,7 +15,7 @@ import yaml
 from pcnlab.controller.dataplane import read_port_counters
 from pcnlab.controller.events import EventLog
 from pcnlab.errors import PcnLabError
-from pcnlab.experiments.config import Experiment, RunConfig
+from pcnlab.experiments.config.runs import Experiment, RunConfig
 from pcnlab.experiments.control import start_controller
 from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp

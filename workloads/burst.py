@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> None:
         check_cc(cfg.cc)
         if cfg.pattern == "ring":
             _ring_worker(cfg, log)
+        elif cfg.transport == "ltp":  # bursts as LTP datagrams, answers over TCP (workloads/ltp/burst.py)
+            from pcnlab.workloads.ltp.burst import ltp_ps, ltp_ps_worker
+
+            (ltp_ps if cfg.role == "ps" else ltp_ps_worker)(cfg, log)
         elif cfg.role == "ps":
             _ps(cfg, log)
         else:
@@ -144,6 +148,29 @@ def _udp(cfg: BurstConfig) -> socket.socket | None:
 
 
 def _ps(cfg: BurstConfig, log: JsonLog) -> None:
+    conns = accept_workers(cfg, log)
+    ranks = sorted(conns)
+    payloads = {r: _Payload(cfg.burst_bytes) for r in ranks}
+    reply = _Payload(_reply_bytes(cfg))
+    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
+        for it in range(cfg.iterations):
+            got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
+            recv_end = max(end for _, _, end in got)
+            send_start = time.monotonic_ns()
+            list(pool.map(lambda r: reply.send(conns[r], it, _reply_bytes(cfg)), ranks))
+            send_end = time.monotonic_ns()
+            log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
+                          comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
+                          recv_end_ns=recv_end, send_start_ns=send_start,
+                          first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)},
+                          bytes_recv=sum(size for _, size, _ in got), bytes_sent=_reply_bytes(cfg) * len(ranks),
+                          loss=None)
+    for sock in conns.values():
+        sock.close()
+
+
+def accept_workers(cfg: BurstConfig, log: JsonLog) -> dict[int, socket.socket]:
+    """The PS's side of the start: every worker connects and says its rank; then all are told to go."""
     server = listen(cfg.ps_addr, cfg.port)
     _announce_listener(cfg, log, cfg.ps_addr)
     server.settimeout(cfg.timeout_s)
@@ -164,29 +191,19 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
     ranks = sorted(conns)
     for sock in conns.values():  # everyone is here: iteration 0 starts together, like a real job
         sock.sendall(HELLO.pack(len(conns)))
-    payloads = {r: _Payload(cfg.burst_bytes) for r in ranks}
-    reply = _Payload(_reply_bytes(cfg))
-    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
-        for it in range(cfg.iterations):
-            got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
-            recv_end = max(end for _, _, end in got)
-            send_start = time.monotonic_ns()
-            list(pool.map(lambda r: reply.send(conns[r], it, _reply_bytes(cfg)), ranks))
-            send_end = time.monotonic_ns()
-            log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
-                          comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
-                          recv_end_ns=recv_end, send_start_ns=send_start,
-                          first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)},
-                          bytes_recv=sum(size for _, size, _ in got), bytes_sent=_reply_bytes(cfg) * len(ranks),
-                          loss=None)
-    for sock in conns.values():
-        sock.close()
+    return conns
 
 
-def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
+def join_ps(cfg: BurstConfig) -> socket.socket:
+    """A worker's side of the start: connect, say its rank, wait for the PS's go."""
     sock = connect_retry(cfg.ps_addr, cfg.port, cfg.timeout_s, cfg.cc)
     sock.sendall(HELLO.pack(cfg.rank))
     recv_exact(sock, memoryview(bytearray(HELLO.size)))  # the PS's go, once every worker is connected
+    return sock
+
+
+def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
+    sock = join_ps(cfg)
     udp = _udp(cfg)
     payload = _Payload(max(cfg.burst_bytes, _reply_bytes(cfg)))
     pacer = _Pacer(cfg)

@@ -1,5 +1,5 @@
 """The models a PyTorch job can train, by name: the one list the workers (models.py), the launcher and
-the experiment schema (experiments/config.py) share. Importing it does not import PyTorch.
+the experiment schema (experiments/config/schema.py) share. Importing it does not import PyTorch.
 
 Two kinds of names:
 - real models, trained on data (they report a training loss and a test accuracy): `mlp`, `cnn` (easy

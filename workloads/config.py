@@ -17,6 +17,7 @@ T = TypeVar("T")
 
 TRAIN_KINDS = ("ps", "ring")
 BURST_PATTERNS = ("ps", "ring")
+TRANSPORTS = ("tcp", "ltp")
 
 
 @dataclass
@@ -47,6 +48,12 @@ class TrainConfig:
     peers: str = ""                  # every rank's address in rank order, comma-separated
     pcn_start: bool = False          # announce each iteration's communication one RTT ahead (PCN_START_DSCP)
     pcn_lead_us: float = 0.0         # the lead; 0 = the smoothed RTT of gloo's connection to the destination
+    transport: str = "tcp"           # ps: gradients over gloo's TCP (tcp) or LTP datagrams (ltp: workloads/ltp)
+    ltp_port: int = 0                # ltp: shard s listens on UDP ltp_port + s (0: master_port + 1)
+    ltp_deadline_ms: float = 500.0   # ltp: an iteration closes at the latest this long after its first datagram
+    ltp_theta_min: float = 0.8       # ltp: Early Close never takes less than this share of a worker's gradient
+    compression: str = "none"        # compression.CHOICES: none | topk | randk | int8 | sign | adaptive (netsense.py)
+    compression_ratio: float = 0.01  # topk, randk: the share of values kept
     job: str = "job"
     host: str = ""
 
@@ -74,6 +81,10 @@ class BurstConfig:
     cc: str = ""                     # TCP congestion control of the data sockets ("" = the host's default)
     pcn_start: bool = False          # announce every burst one RTT ahead (DSCP PCN_START_DSCP)
     pcn_lead_us: float = 0.0         # the lead; 0 = the connection's smoothed RTT
+    transport: str = "tcp"           # ps pattern: bursts over TCP, or LTP datagrams (ltp; answers stay on TCP)
+    ltp_port: int = 0                # ltp: the PS's UDP port (0: port + 1)
+    ltp_deadline_ms: float = 500.0
+    ltp_theta_min: float = 0.8
     seed: int = 0
     timeout_s: float = 60.0
     log: str = "rank.jsonl"

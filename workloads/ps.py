@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import time
 
+from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
-from pcnlab.workloads.config import TrainConfig, parse_config
+from pcnlab.workloads.config import TRANSPORTS, TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
 from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
                                        peers, run_main, setup_process, timed_compute, unflatten_into)
@@ -41,6 +42,8 @@ def shard_of_params(sizes: list[int], shards: int) -> list[list[int]]:
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(TrainConfig, argv)
     cfg.kind = "ps"
+    if cfg.transport not in TRANSPORTS:
+        raise SystemExit(f"--transport {cfg.transport!r}: choose one of {', '.join(TRANSPORTS)}")
     run_main(cfg, lambda log: _run(cfg, log))
 
 
@@ -57,7 +60,15 @@ def _run(cfg: TrainConfig, log) -> None:
         raise ValueError("a parameter-server job needs at least one worker rank")
     evaluator = cfg.rank == (0 if cfg.servers == 1 else cfg.servers)
     test = Task(cfg.model, cfg.seed, train=False) if evaluator and not is_profile(cfg.model) else None
-    if cfg.role() == "ps":
+    if cfg.transport == "ltp":  # gradients as LTP datagrams (workloads/ltp), parameters back over gloo
+        from pcnlab.workloads.ltp import training as ltp
+
+        if cfg.role() == "ps":
+            ltp.serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)
+        else:
+            ltp.work(cfg, log, torch, dist, model, names, params, shards, dump, test, _task(cfg),
+                     announcer(cfg, log, peers(cfg)[:cfg.servers], 4 * sum(p.numel() for p in params)))
+    elif cfg.role() == "ps":
         _serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)
     else:
         _work(cfg, log, torch, dist, model, names, params, shards, dump, test)
@@ -68,11 +79,18 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
     optimizer = torch.optim.SGD(own, lr=cfg.lr, momentum=cfg.momentum)
     size = sum(p.numel() for p in own)
     buffers = {w: torch.zeros(size) for w in workers}
+    comp = RankCompression(cfg, [size])
+    sync = comp.shard_sync(flat([p.detach() for p in own])) if comp.compressed else None
+    level, nbytes = 0, 4 * size * len(workers)
+    recv_bytes = nbytes
     for it in range(cfg.iterations):
         comm_start = time.monotonic_ns()
-        pending = [dist.irecv(buffers[w], src=w, tag=it) for w in workers]
-        for req in pending:
-            req.wait()
+        if sync is not None:  # compressed (gradsync.py): decoded gradients in, parameters' change out
+            buffers, levels, recv_bytes = sync.gather(dist, it, workers)
+        else:
+            pending = [dist.irecv(buffers[w], src=w, tag=it) for w in workers]
+            for req in pending:
+                req.wait()
         recv_end = time.monotonic_ns()
         with torch.no_grad():
             avg = torch.stack([buffers[w] for w in workers]).mean(0)
@@ -83,16 +101,22 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
         optimizer.step()
         step_end = time.monotonic_ns()
         out = flat([p.detach() for p in own])
-        sent = [dist.isend(out, dst=w, tag=it) for w in workers]
-        for req in sent:
-            req.wait()
+        if sync is not None:  # at the most compressed level any worker used
+            level = max(levels)
+            nbytes = sync.broadcast(dist, it, out, workers, level)
+        else:
+            sent = [dist.isend(out, dst=w, tag=it) for w in workers]
+            for req in sent:
+                req.wait()
         comm_end = time.monotonic_ns()
         dump(f"ps{cfg.rank}_it{it}_avg", {names[i]: g for i, g in zip(mine, grads)})
         dump(f"ps{cfg.rank}_it{it}_param", {names[i]: params[i] for i in mine})
         log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
                       comm_end_ns=comm_end, recv_end_ns=recv_end, send_start_ns=step_end,
-                      bytes_sent=4 * size * len(workers), bytes_recv=4 * size * len(workers), loss=None,
-                      params_sha=digest(own), **held_out_accuracy(cfg, model, test, it))
+                      bytes_sent=nbytes, bytes_recv=recv_bytes, loss=None,
+                      params_sha=digest(own), **held_out_accuracy(cfg, model, test, it),
+                      **comp.record(level, (step_end - recv_end) / 1e9, (comm_end - comm_start) / 1e9, nbytes,
+                                    recv_bytes))
 
 
 def _offsets(tensors) -> list[int]:
@@ -103,34 +127,47 @@ def _offsets(tensors) -> list[int]:
     return offsets
 
 
-def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> None:
-    task = None if is_profile(cfg.model) else Task(cfg.model, cfg.seed, shard=cfg.rank - cfg.servers,
+def _task(cfg: TrainConfig) -> Task | None:
+    """This worker's training data (None for a gradient profile)."""
+    return None if is_profile(cfg.model) else Task(cfg.model, cfg.seed, shard=cfg.rank - cfg.servers,
                                                    shards=cfg.world - cfg.servers)
+
+
+def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> None:
+    task = _task(cfg)
     dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
     per_shard = [[params[i] for i in owned] for owned in shards]
     received = [torch.zeros(sum(p.numel() for p in ps)) for ps in per_shard]
     ann = announcer(cfg, log, peers(cfg)[:cfg.servers], 4 * sum(p.numel() for p in params))
+    comp = RankCompression(cfg, [sum(p.numel() for p in ps) for ps in per_shard])
+    sync = comp.worker_sync() if comp.compressed else None
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
                                                                      cfg.seed),
                                      announce=(lambda t: ann.before(t, it)) if ann else None)
         comm_start = time.monotonic_ns()
         outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
-        reqs = [dist.isend(g, dst=s, tag=it) for s, g in enumerate(outgoing)]
-        reqs += [dist.irecv(buf, src=s, tag=it) for s, buf in enumerate(received)]
-        for req in reqs:
-            req.wait()
+        level = comp.level
+        if sync is not None:  # compressed (gradsync.py): gradients encoded up, parameters or their change down
+            current = [flat([p.detach() for p in ps]) for ps in per_shard]
+            received, sent_bytes, recv_bytes = sync.exchange(dist, it, outgoing, current, level)
+        else:
+            reqs = [dist.isend(g, dst=s, tag=it) for s, g in enumerate(outgoing)]
+            reqs += [dist.irecv(buf, src=s, tag=it) for s, buf in enumerate(received)]
+            for req in reqs:
+                req.wait()
+            sent_bytes = recv_bytes = 4 * sum(g.numel() for g in outgoing)
         with torch.no_grad():
             for buf, ps in zip(received, per_shard):
                 unflatten_into(buf, ps)
         comm_end = time.monotonic_ns()
         dump(f"w{cfg.rank}_it{it}_grad", {n: p.grad for n, p in zip(names, params)})
         dump(f"w{cfg.rank}_it{it}_param", dict(zip(names, params)))
-        nbytes = 4 * sum(g.numel() for g in outgoing)
         log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
-                      comm_end_ns=comm_end, bytes_sent=nbytes, bytes_recv=nbytes, loss=loss,
+                      comm_end_ns=comm_end, bytes_sent=sent_bytes, bytes_recv=recv_bytes, loss=loss,
                       params_sha=digest(params), **({"announce_ns": ann.last_ns} if ann else {}),
-                      **held_out_accuracy(cfg, model, test, it))
+                      **held_out_accuracy(cfg, model, test, it),
+                      **comp.record(level, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9, sent_bytes, recv_bytes))
 
 
 if __name__ == "__main__":

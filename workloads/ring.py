@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.config import TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
@@ -59,28 +60,40 @@ def _run(cfg: TrainConfig, log) -> None:
     dump = Dumper(cfg)
     dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
     n = cfg.world
+    comp = RankCompression(cfg, [sum(p.numel() for p in params)])
+    sync = comp.ring_sync() if comp.compressed else None
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
                                                                      cfg.seed),
                                      announce=(lambda t: ann.before(t, it)) if ann else None)
         dump(f"w{cfg.rank}_it{it}_grad", {nm: p.grad for nm, p in zip(names, params)})
         comm_start = time.monotonic_ns()
-        flats = [flat([p.grad for p in bucket]) for bucket in plan]
-        works = [dist.all_reduce(f, op=dist.ReduceOp.SUM, async_op=True) for f in flats]
-        for work, f, bucket in zip(works, flats, plan):
-            work.wait()
-            f.div_(n)
-            unflatten_into(f, [p.grad for p in bucket])
+        if sync is not None:  # compressed (gradsync.py): the level agreed, payloads all-gathered, averaged
+            level = sync.agree(dist, comp.level)
+            avg, payload = sync.average(dist, flat([p.grad for p in params]), level)
+            unflatten_into(avg, [p.grad for p in params])
+        else:
+            flats = [flat([p.grad for p in bucket]) for bucket in plan]
+            works = [dist.all_reduce(f, op=dist.ReduceOp.SUM, async_op=True) for f in flats]
+            for work, f, bucket in zip(works, flats, plan):
+                work.wait()
+                f.div_(n)
+                unflatten_into(f, [p.grad for p in bucket])
         comm_end = time.monotonic_ns()
         dump(f"w{cfg.rank}_it{it}_avg", {nm: p.grad for nm, p in zip(names, params)})
         optimizer.step()
         dump(f"w{cfg.rank}_it{it}_param", dict(zip(names, params)))
-        size = 4 * sum(f.numel() for f in flats)
-        ring_bytes = round(2 * (n - 1) / n * size)  # what a ring all-reduce moves per rank, each way
+        if sync is not None:  # an all_gather carries each payload to the N - 1 others
+            ring_bytes = (n - 1) * payload if level else round(2 * (n - 1) / n * payload)
+        else:
+            size = 4 * sum(f.numel() for f in flats)
+            ring_bytes = round(2 * (n - 1) / n * size)  # what a ring all-reduce moves per rank, each way
         log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
                       comm_end_ns=comm_end, bytes_sent=ring_bytes, bytes_recv=ring_bytes, loss=loss,
                       buckets=len(plan), params_sha=digest(params),
-                      **({"announce_ns": ann.last_ns} if ann else {}), **held_out_accuracy(cfg, model, test, it))
+                      **({"announce_ns": ann.last_ns} if ann else {}), **held_out_accuracy(cfg, model, test, it),
+                      **comp.record(level if sync else 0, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9,
+                                    ring_bytes, ring_bytes))
 
 
 if __name__ == "__main__":

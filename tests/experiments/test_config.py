@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments.config import (MAX_LINK_MBPS, TOPOLOGY_PARAMS, Experiment, RunConfig, load_experiment,
-                                       reference_markdown)
+from pcnlab.experiments.config import Experiment, RunConfig, load_experiment, reference_markdown
+from pcnlab.experiments.config.schema import MAX_LINK_MBPS, TOPOLOGY_PARAMS
 from pcnlab.topologies.topos import TOPOLOGIES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -388,7 +388,7 @@ def test_yaml_reference_is_up_to_date():
 
 
 def test_reference_lists_every_key():
-    from pcnlab.experiments.config import SECTIONS
+    from pcnlab.experiments.config.schema import SECTIONS
     text = reference_markdown()
     for section, keys in SECTIONS.items():
         for key in keys:

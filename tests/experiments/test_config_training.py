@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments.config import MAX_LINK_MBPS, load_experiment
+from pcnlab.experiments.config import load_experiment
+from pcnlab.experiments.config.schema import MAX_LINK_MBPS
 from pcnlab.workloads import JobSpec
 from pcnlab.workloads.catalog import MODELS
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pcnlab.experiments import config as experiment_config
+from pcnlab.experiments.config import schema as experiment_schema
 from pcnlab.workloads import JobSpec, Workloads
 from pcnlab.workloads import catalog
 from pcnlab.workloads.config import TrainConfig
@@ -54,7 +54,7 @@ def test_each_worker_trains_on_its_own_shard():
 
 
 def test_one_model_list_and_evaluation_schedule():
-    assert experiment_config.MODELS is catalog.MODELS
+    assert experiment_schema.MODELS is catalog.MODELS
     assert set(catalog.DIGITS_MODELS) <= set(catalog.MODELS)
     assert catalog.process_model("resnet50") == "profile:resnet50"
     assert catalog.process_model("digits-cnn") == "digits-cnn"

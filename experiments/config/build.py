@@ -1,0 +1,139 @@
+"""One run's document (the file after --set and one sweep point) checked and typed, section by section,
+with the checks that join sections (K within the queue, K_pre within K, link rates the switches keep up
+with, modes and telemetry a Linux bridge cannot do). Jobs and flows are placed on the topology by jobs.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pcnlab.controller.dataplane import k_pre_fits
+from pcnlab.errors import UsageError
+from pcnlab.experiments.config.convert import convert, error, first_where, mapping, suggest, value_of
+from pcnlab.experiments.config.jobs import flows, jobs
+from pcnlab.experiments.config.runs import (FidelityConfig, ModeConfig, SwitchConfig, TelemetryConfig,
+                                            TopologyConfig)
+from pcnlab.experiments.config.schema import (SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, link_limit,
+                                              section_keys)
+from pcnlab.experiments.yamlpos import Raw, Where
+from pcnlab.topologies.topos import TOPOLOGIES, make_topology
+from pcnlab.workloads.specs import NAME_RE
+
+
+@dataclass
+class Context:
+    """What the sweep points of one load_experiment call share."""
+
+    stem: str                              # the file's name without .yaml: the experiment's default name
+    # (kind, parameters) -> the topology's (traffic hosts, roles): each distinct topology is built once
+    topologies: dict[tuple, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = field(default_factory=dict)
+
+
+def build(tree: Raw, ctx: Context) -> dict:
+    """Validate one document (after overrides and one sweep point) into the typed sections."""
+    top = mapping(tree, "", "", section_keys(""))
+    doc_where = tree.where
+
+    name = value_of(section_keys("")["name"], top, "") if "name" in top else ctx.stem
+    if not NAME_RE.fullmatch(name):
+        raise error(doc_where, "name", f"the file name {ctx.stem!r} is not a valid experiment name; "
+                                       "add name: with letters, digits, '.', '_' and '-'")
+    description = value_of(section_keys("")["description"], top, "")
+
+    if "topology" not in top:
+        raise error(doc_where, "topology", f"missing; give one of {', '.join(TOPOLOGIES)}, e.g. topology: tree")
+    topology, topo_raws = _topology(top["topology"], ctx)
+
+    switch_raw = top.get("switch")
+    sw = mapping(switch_raw, "switch", "switch", section_keys("switch")) if switch_raw is not None else {}
+    switch = SwitchConfig(**{k.name: value_of(k, sw, "switch") for k in SECTIONS["switch"]})
+    _check_link_rates(topology, topo_raws, switch, top["topology"].where)
+
+    mode_raw = top.get("mode")
+    md = mapping(mode_raw, "mode", "mode", section_keys("mode")) if mode_raw is not None else {}
+    mode = ModeConfig(**{k.name: value_of(k, md, "mode") for k in SECTIONS["mode"]})
+    mode_where = mode_raw.where if mode_raw is not None else doc_where
+    if mode.kind != "droptail" and mode.K > topology.queue:
+        where = first_where(md.get("K"), topo_raws.get("queue"), fallback=mode_where)
+        raise error(where, "mode.K", f"{mode.K} packets is above the queue depth (topology.queue: "
+                                     f"{topology.queue}): the queue would drop before it marks; "
+                                     f"K must be at most {topology.queue}")
+    if not k_pre_fits(mode.kind, mode.K, mode.K_pre):      # the data plane's rule (PortMode), at the file's line
+        where = first_where(md.get("K_pre"), md.get("K"), fallback=mode_where)
+        raise error(where, "mode.K_pre", f"{mode.K_pre} is above K ({mode.K}); K_pre must be at most K "
+                                         "(it is the lower threshold used while a burst is expected)")
+    if switch.kind == "bridge" and mode.kind != "droptail":
+        where = first_where(md.get("kind"), sw.get("kind"), fallback=mode_where)
+        raise error(where, "mode.kind", f"mode {mode.kind} needs switch kind bmv2: a Linux bridge only drops "
+                                        "at a full queue; use mode droptail or switch bmv2")
+
+    tel_raw = top.get("telemetry")
+    tl = mapping(tel_raw, "telemetry", "telemetry", section_keys("telemetry")) if tel_raw is not None else {}
+    if "every" in tl:
+        every = convert(section_keys("telemetry")["every"], tl["every"], "telemetry.every")
+        if every is not None and switch.kind == "bridge":
+            raise error(tl["every"].where, "telemetry.every", "a Linux bridge has no telemetry; use off, "
+                                                              "or switch kind bmv2")
+    else:
+        every = 1 if switch.kind == "bmv2" else None
+    telemetry = TelemetryConfig(every)
+
+    fid_raw = top.get("fidelity")
+    fd = mapping(fid_raw, "fidelity", "fidelity", section_keys("fidelity")) if fid_raw is not None else {}
+    fidelity = FidelityConfig(**{k.name: value_of(k, fd, "fidelity") for k in SECTIONS["fidelity"]})
+
+    out = {"name": name, "description": description, "topology": topology, "switch": switch, "mode": mode,
+           "telemetry": telemetry, "jobs": jobs(top.get("jobs"), topology, mode),
+           "background": flows(top.get("background"), topology, switch), "fidelity": fidelity}
+    for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference"):
+        out[key_name] = value_of(section_keys("")[key_name], top, "")
+    return out
+
+
+def _topology(raw: Raw, ctx: Context) -> tuple[TopologyConfig, dict[str, Raw]]:
+    allowed = dict(section_keys("topology"))
+    for params in TOPOLOGY_PARAMS.values():
+        allowed.update(by_name(params))
+    present = mapping(raw, "topology", "topology", allowed)
+    if "kind" not in present:
+        raise error(raw.where, "topology.kind", f"missing; choose one of {', '.join(TOPOLOGIES)}")
+    kind = convert(section_keys("topology")["kind"], present["kind"], "topology.kind")
+    params_keys = by_name(TOPOLOGY_PARAMS[kind])
+    for name, child in present.items():
+        if name != "kind" and name not in params_keys:
+            raise error(child.key_where, f"topology.{name}",
+                        f"not a parameter of the {kind} topology{suggest(name, params_keys)}; "
+                        f"{kind} takes {', '.join(params_keys)}")
+    params: dict[str, Any] = {}
+    for key in TOPOLOGY_PARAMS[kind]:
+        if key.name in present:
+            params[key.name] = convert(key, present[key.name], f"topology.{key.name}")
+        elif key.default == SAME_AS_BW:
+            params[key.name] = params["bw"]
+        else:
+            params[key.name] = key.default
+    built = (kind, tuple(params.items()))
+    if built not in ctx.topologies:
+        try:
+            topo = make_topology(kind, **params)
+        except UsageError as exc:
+            raise error(raw.where, "topology", str(exc)) from None
+        ctx.topologies[built] = (tuple(topo.traffic_hosts()),
+                                 {role: tuple(members) for role, members in topo.roles.items()
+                                  if role != "monitor" and members})
+    hosts, roles = ctx.topologies[built]
+    if len(hosts) < 2:
+        raise error(raw.where, "topology", f"this {kind} topology has {len(hosts)} host; an experiment needs "
+                                           "at least two")
+    return TopologyConfig(kind, params, hosts, dict(roles)), present
+
+
+def _check_link_rates(topology: TopologyConfig, present: dict[str, Raw], switch: SwitchConfig,
+                      fallback: Where) -> None:
+    limit, why = link_limit(switch)
+    for name, mbps in topology.link_rates_mbps().items():
+        if mbps > limit:
+            where = first_where(present.get(name), present.get("bw"), fallback=fallback)
+            raise error(where, f"topology.{name}", f"{mbps:g} Mbit/s is more than {why}; "
+                                                    f"use at most {limit:g} Mbit/s per link")

@@ -1,0 +1,204 @@
+"""The `jobs:` and `background:` lists placed on a run's topology: host names, roles and counts resolved
+to hosts, each job's PS, workers and kind-specific settings checked, one background flow per (src, dst)
+pair, named."""
+
+from __future__ import annotations
+
+from pcnlab.controller.dataplane import MAX_JOB_ID
+from pcnlab.experiments.config.convert import convert, error, first_where, fmt, mapping, suggest, value_of
+from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
+from pcnlab.experiments.config.schema import JOB_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
+from pcnlab.experiments.yamlpos import Raw
+
+
+def topology_summary(topology: TopologyConfig) -> str:
+    roles = "; ".join(f"{role}: {' '.join(members)}" for role, members in topology.roles.items())
+    return f"the {topology.kind} topology has hosts {topology.hosts[0]}..{topology.hosts[-1]} ({roles})"
+
+
+def resolve_hosts(raw: Raw, path: str, topology: TopologyConfig, allow_count: bool = False,
+                  pool: tuple[str, ...] = (), pool_what: str = "") -> tuple[str, ...]:
+    """Host names from a host, a role, a list of hosts and roles, or (allow_count) a count from `pool`."""
+    value = raw.value
+    if allow_count and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != int(value) or value < 1:
+            raise error(raw.where, path, f"a count of hosts must be a whole number of at least 1, got {fmt(value)}")
+        if value > len(pool):
+            raise error(raw.where, path, f"{int(value)} hosts asked for, but {pool_what} has only {len(pool)} "
+                                         f"({', '.join(pool) or 'none'}); ask for fewer, list hosts, "
+                                         "or enlarge the topology")
+        return tuple(pool[: int(value)])
+    items = value if raw.is_list else [raw]
+    if raw.is_list and not items:
+        raise error(raw.where, path, "empty list; give at least one host or role")
+    out: list[str] = []
+    for item in items:
+        name = item.value
+        if not isinstance(name, str):
+            allowed = "a count, " if allow_count else ""
+            raise error(item.where, path, f"expected {allowed}a host name (e.g. {topology.hosts[0]}) or a role "
+                                          f"({', '.join(topology.roles)}), got {fmt(name)}")
+        if name in topology.roles:
+            members = topology.roles[name]
+        elif name in topology.hosts:
+            members = (name,)
+        else:
+            hint = suggest(name, list(topology.roles) + list(topology.hosts))
+            raise error(item.where, path, f"{name!r} is not a host or role in the topology{hint}; "
+                                          f"{topology_summary(topology)}")
+        for host in members:
+            if host in out:
+                raise error(item.where, path, f"host {host} is listed twice")
+            out.append(host)
+    return tuple(out)
+
+
+def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[JobConfig, ...]:
+    if raw is None or raw.value is None:
+        return ()
+    if not raw.is_list:
+        raise error(raw.where, "jobs", f"expected a list of jobs (each item `- kind: {'|'.join(JOB_KINDS)} ...`), "
+                                       f"got {fmt(raw.value)}")
+    if len(raw.value) > MAX_JOB_ID:
+        raise error(raw.where, "jobs", f"{len(raw.value)} jobs; the data plane tells at most {MAX_JOB_ID} apart")
+    keys = section_keys("jobs")
+    out: list[JobConfig] = []
+    for index, item in enumerate(raw.value):
+        path = f"jobs.{index}"
+        if not item.is_map:
+            raise error(item.where, path, f"expected a mapping (kind: ..., workers: ...), got {fmt(item.value)}")
+        present = mapping(item, path, "jobs", keys)
+        if "kind" not in present:
+            raise error(item.where, path, f"missing key 'kind'; choose one of {', '.join(JOB_KINDS)}")
+        kind = convert(keys["kind"], present["kind"], f"{path}.kind")
+        # Keys of other kinds are refused, unless the kind comes from a sweep or --set: then the file's
+        # keys serve the runs they apply to and are ignored in the others.
+        kind_where = present["kind"].where
+        lenient = kind_where.via == "sweep" or kind_where.line is None
+        for name, child in present.items():
+            key = keys[name]
+            if key.applies and kind not in key.applies and not lenient:
+                raise error(child.key_where, f"{path}.{name}",
+                            f"applies to {' and '.join(key.applies)} jobs, not to a {kind} job; remove it")
+        values = {k.name: value_of(k, present, path) for k in SECTIONS["jobs"]
+                  if k.type != "hosts" and k.name not in ("name", "kind")}
+        name = value_of(keys["name"], present, path) if "name" in present else f"job{index + 1}"
+        if any(j.name == name for j in out):
+            raise error(first_where(present.get("name"), fallback=item.where), f"{path}.name",
+                        f"job name {name!r} is used twice; give each job its own name")
+        file_pattern = values.pop("pattern")
+        pattern = file_pattern if kind == "generator" else kind
+        ps, workers = _placement(item, present, path, kind, pattern, lenient, topology)
+
+        if values["cc"] == "dctcp" and not values["ecn"]:
+            raise error(first_where(present.get("ecn"), present.get("cc"), fallback=item.where), f"{path}.ecn",
+                        "dctcp needs ECN; set ecn: true or choose reno, cubic or bbr")
+        if kind == "generator" and values["period_ms"] > 0 and values["jitter_ms"] >= values["period_ms"]:
+            raise error(first_where(present.get("jitter_ms"), fallback=item.where), f"{path}.jitter_ms",
+                        f"{values['jitter_ms']:g} ms is not below period_ms ({values['period_ms']:g} ms); "
+                        "bursts would overlap")
+        if values["reply_bytes"] is None:
+            values["reply_bytes"] = values["burst_bytes"]
+        if values["pcn_start"] == "auto":
+            values["pcn_start"] = mode.kind == "pcn-host"
+        out.append(JobConfig(id=index + 1, name=name, kind=kind, pattern=pattern, ps=ps, workers=workers, **values))
+    return tuple(out)
+
+
+def _placement(item: Raw, present: dict[str, Raw], path: str, kind: str, pattern: str, lenient: bool,
+               topology: TopologyConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A job's PS hosts (none for a ring) and workers."""
+    ps: tuple[str, ...] = ()
+    if pattern == "ps":
+        if "ps" in present:
+            ps = resolve_hosts(present["ps"], f"{path}.ps", topology)
+        elif "ps" in topology.roles:
+            ps = topology.roles["ps"]
+        else:
+            raise error(item.where, path, f"missing key 'ps': this {topology.kind} topology has no role "
+                                          f"'ps'; name the PS host (roles: {', '.join(topology.roles)})")
+        if kind == "generator" and len(ps) != 1:
+            raise error(present["ps"].where, f"{path}.ps", f"a generator has exactly one PS host, "
+                                                           f"got {len(ps)} ({', '.join(ps)})")
+    elif "ps" in present and not lenient:
+        raise error(present["ps"].key_where, f"{path}.ps", "a ring has no PS; remove ps "
+                                                          "(every host is a worker)")
+    if "pool" in present:
+        pool = resolve_hosts(present["pool"], f"{path}.pool", topology)
+        pool_what = f"{path}.pool"
+    elif "workers" in topology.roles:
+        pool, pool_what = topology.roles["workers"], f"role 'workers' of the {topology.kind} topology"
+    else:
+        # A ps key ignored in this run (a swept kind) still keeps its hosts out of the pool, so the
+        # runs of the sweep use the same workers.
+        no_pool = ps or (resolve_hosts(present["ps"], f"{path}.ps", topology) if "ps" in present else ())
+        pool = tuple(h for h in topology.hosts if h not in no_pool)
+        pool_what = f"the {topology.kind} topology (every host but the PS)"
+    if "workers" in present:
+        workers = resolve_hosts(present["workers"], f"{path}.workers", topology, allow_count=True, pool=pool,
+                                pool_what=pool_what)
+    elif "workers" in topology.roles:
+        workers = topology.roles["workers"]
+    else:
+        raise error(item.where, path, f"missing key 'workers': give a count, hosts or a role "
+                                      f"({topology_summary(topology)})")
+    workers_where = first_where(present.get("workers"), fallback=item.where)
+    both = [h for h in workers if h in ps]
+    if both:
+        raise error(workers_where, f"{path}.workers", f"{', '.join(both)} is this job's PS and cannot also "
+                                                      "be a worker")
+    if not workers:
+        raise error(workers_where, f"{path}.workers", "no worker hosts; a job needs at least one")
+    if pattern == "ring" and len(workers) < 2:
+        raise error(workers_where, f"{path}.workers", f"a ring needs at least 2 workers, got "
+                                                      f"{len(workers)} ({', '.join(workers)})")
+    return ps, workers
+
+
+def flows(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig) -> tuple[BackgroundFlowConfig, ...]:
+    if raw is None or raw.value is None:
+        return ()
+    if not raw.is_list:
+        raise error(raw.where, "background", f"expected a list of flows (each item `- src: ... dst: ...`), "
+                                             f"got {fmt(raw.value)}")
+    keys = section_keys("background")
+    limit, why = link_limit(switch)
+    out: list[BackgroundFlowConfig] = []
+    for index, item in enumerate(raw.value):
+        path = f"background.{index}"
+        if not item.is_map:
+            raise error(item.where, path, f"expected a mapping (src: ..., dst: ...), got {fmt(item.value)}")
+        present = mapping(item, path, "background", keys)
+        for required in ("src", "dst"):
+            if required not in present:
+                raise error(item.where, path, f"missing key {required!r}; give a host or a role "
+                                              f"({topology_summary(topology)})")
+        srcs = resolve_hosts(present["src"], f"{path}.src", topology)
+        dsts = resolve_hosts(present["dst"], f"{path}.dst", topology)
+        count = len(out) + len(srcs) * len(dsts) - len(set(srcs) & set(dsts))
+        if count > MAX_FLOWS:
+            raise error(item.where, path, f"{count} background flows so far (one per src x dst pair); one machine "
+                                          f"runs at most {MAX_FLOWS}")
+        pairs = [(s, d) for s in srcs for d in dsts if s != d]
+        if not pairs:
+            raise error(present["dst"].where, f"{path}.dst", "a flow needs a receiver other than its sender")
+        cc = value_of(keys["cc"], present, path)
+        ecn = value_of(keys["ecn"], present, path)
+        rate = value_of(keys["rate"], present, path)
+        if cc == "dctcp" and not ecn:
+            raise error(first_where(present.get("ecn"), fallback=item.where), f"{path}.ecn",
+                        "dctcp needs ECN; set ecn: true or choose reno, cubic or bbr")
+        if rate is not None and rate > limit:
+            raise error(present["rate"].where, f"{path}.rate", f"{rate:g} Mbit/s is more than {why}; "
+                                                               f"use at most {limit:g} Mbit/s")
+        base = value_of(keys["name"], present, path) if "name" in present else None
+        for n, (src, dst) in enumerate(pairs, start=1):
+            name = (base if len(pairs) == 1 else f"{base}-{n}") if base else f"{src}-{dst}"
+            taken = {f.name for f in out}
+            unique, k = name, 2
+            while unique in taken:
+                if base and len(pairs) == 1:
+                    raise error(present["name"].where, f"{path}.name", f"flow name {name!r} is used twice")
+                unique, k = f"{name}-{k}", k + 1
+            out.append(BackgroundFlowConfig(unique, src, dst, cc, ecn, rate))
+    return tuple(out)

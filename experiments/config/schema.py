@@ -1,0 +1,296 @@
+"""The experiment file's schema: the limits one machine imposes, and every key (`Key`) of every section
+(`SECTIONS`) and topology (`TOPOLOGY_PARAMS`), with its type, unit, default, allowed values and meaning.
+
+The rest of the package reads this table: the converters check values against it, the typed configs take
+their defaults from it, sweeps and --set list its dotted keys, and reference_markdown() renders it as
+docs/yaml-reference.md. Facts owned elsewhere are imported, here and in the package's other modules, never
+restated: the modes and the data plane's limits (controller/dataplane.py), the host and switch limits and
+the topologies (topologies/topos.py), the switch kinds (topologies/network.py), the job kinds, burst
+patterns and the name rule (workloads/), the models (workloads/catalog.py), the frame size
+(topologies/routing.py) and the published references (experiments/reference.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from pcnlab.controller.dataplane import (K_PRE_MODES, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
+                                         MAX_TELEMETRY_EVERY, MODES)
+from pcnlab.experiments.reference import REFERENCES
+from pcnlab.topologies.network import SWITCH_KINDS
+from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
+from pcnlab.workloads.catalog import MODELS
+from pcnlab.workloads.config import BURST_PATTERNS, TRAIN_KINDS
+from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
+
+if TYPE_CHECKING:
+    from pcnlab.experiments.config.runs import SwitchConfig
+
+# --- limits -------------------------------------------------------------------------------------
+
+# One TCP flow through one BMv2 switch reaches about BMV2_FLOW_MBPS on the fast build and
+# BMV2_FLOW_MBPS_PACKET_LOG on the logging build (packet_log) on a 2-core machine. A link must stay well
+# below that so the configured queue rate, not the switch's CPU, is the bottleneck, with room for several
+# flows, telemetry clones and the controller on the same cores.
+BMV2_FLOW_MBPS = 450
+BMV2_FLOW_MBPS_PACKET_LOG = 200
+MAX_LINK_MBPS = 100.0
+MAX_LINK_MBPS_PACKET_LOG = 50.0
+MAX_LINK_MBPS_BRIDGE = 1000.0      # Linux bridge + tc: not CPU-bound at these rates
+MIN_LINK_MBPS = 0.1
+MAX_RUNS = 1000                    # sweep points x repetitions
+MAX_FLOWS = 500                    # background flows (src x dst pairs): two iperf3 processes each
+MAX_DURATION_S = 86_400            # no time of an experiment is longer than a day (durations, periods)
+MAX_BYTES = 1 << 30                # a burst or an answer, which the generator holds in memory: 1 GiB
+
+
+def link_limit(switch: SwitchConfig) -> tuple[float, str]:
+    """The highest link rate (Mbit/s) these switches keep up with, and why, for the error message."""
+    if switch.kind == "bridge":
+        return MAX_LINK_MBPS_BRIDGE, f"the Linux bridge variant allows ({MAX_LINK_MBPS_BRIDGE:g} Mbit/s)"
+    if switch.packet_log:
+        return MAX_LINK_MBPS_PACKET_LOG, (f"BMv2's logging build keeps up with (one TCP flow through one switch "
+                                          f"reaches about {BMV2_FLOW_MBPS_PACKET_LOG} Mbit/s with packet_log on a "
+                                          "2-core machine)")
+    return MAX_LINK_MBPS, (f"BMv2 keeps up with (one TCP flow through one switch reaches about {BMV2_FLOW_MBPS} "
+                           "Mbit/s on a 2-core machine; links stay well below so the queue rate, not the CPU, is "
+                           "the bottleneck)")
+
+
+# --- the words of the file -------------------------------------------------------------------------
+
+# An experiment file calls the launcher's burst generator ("burst") a generator; the other kinds keep
+# the launcher's names (workloads/specs.py owns the kinds).
+FILE_JOB_KIND = {"burst": "generator"}
+JOB_KINDS = tuple(FILE_JOB_KIND.get(kind, kind) for kind in LAUNCHER_JOB_KINDS)
+CCS = ("reno", "cubic", "bbr", "dctcp")
+
+# --- the schema ----------------------------------------------------------------------------------
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "required"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the schema: its type, unit, default, allowed values and a one-line description."""
+
+    name: str
+    type: str            # int | number | bool | choice | name | text | lead | every | autobool | hosts
+                         # | section | list | sweep
+    default: Any
+    doc: str
+    unit: str = ""       # Mbit/s | packets | bytes | s | ms | us | MB
+    choices: tuple = ()
+    min: float | None = None        # inclusive
+    above: float | None = None      # exclusive lower bound
+    max: float | None = None        # inclusive
+    nullable: bool = False          # null is allowed (and means the default's meaning, see doc)
+    applies: tuple = ()             # jobs: the kinds the key applies to (empty: all)
+    default_doc: str = ""           # how the default reads in the reference, when not a plain value
+    what: str = ""                  # the noun for choice errors ("mode", "congestion control")
+
+
+def _rate(name: str, doc: str, default: Any = 20.0, default_doc: str = "") -> Key:
+    return Key(name, "number", default, doc, unit="Mbit/s", min=MIN_LINK_MBPS, default_doc=default_doc)
+
+
+_BW = _rate("bw", "rate of every host link (and of every link without its own rate below)")
+_QUEUE = Key("queue", "int", 60, "egress queue depth of every switch port", unit="packets", min=1, max=MAX_QDEPTH)
+SAME_AS_BW = "same as bw"
+
+TOPOLOGY_PARAMS: dict[str, tuple[Key, ...]] = {
+    "star": (
+        Key("hosts", "int", 3, "hosts on the one switch s1 (role `hosts`)", min=1, max=MAX_HOSTS),
+        _BW, _QUEUE),
+    "dumbbell": (
+        Key("left", "int", 2, "hosts on s1 (role `left`)", min=1, max=MAX_HOSTS),
+        Key("right", "int", 2, "hosts on s2 (role `right`)", min=1, max=MAX_HOSTS),
+        _BW,
+        _rate("bottleneck_bw", "rate of the s1-s2 link", SAME_AS_BW, SAME_AS_BW),
+        _QUEUE),
+    "tree": (
+        Key("workers_per_leaf", "int", 2, "DDL hosts on each of the leaves s2, s3 (role `workers`)", min=0,
+            max=MAX_HOSTS),
+        Key("background_per_leaf", "int", 3, "background hosts on each leaf (role `background`)", min=0,
+            max=MAX_HOSTS),
+        _BW,
+        _rate("uplink_bw", "rate of the leaf-root links (the PS link, h1-s1, is a host link: bw)",
+              SAME_AS_BW, SAME_AS_BW),
+        _QUEUE),
+    "leaf-spine": (
+        Key("leaves", "int", 2, "leaf switches", min=1, max=MAX_SWITCHES),
+        Key("spines", "int", 2, "spine switches, each linked to every leaf", min=1, max=MAX_SWITCHES),
+        Key("hosts_per_leaf", "int", 2, "hosts on each leaf (role `hosts`)", min=1, max=MAX_HOSTS),
+        _BW,
+        _rate("fabric_bw", "rate of the leaf-spine links", SAME_AS_BW, SAME_AS_BW),
+        _QUEUE),
+}
+
+SECTIONS: dict[str, tuple[Key, ...]] = {
+    "": (
+        Key("name", "name", REQUIRED, "the experiment's name: results go to results/<name>/",
+            default_doc="the file's name without .yaml"),
+        Key("description", "text", "", "free text, copied into every run's config", default_doc='""'),
+        Key("topology", "section", REQUIRED, "the network: `topology: tree` or a mapping (below)"),
+        Key("switch", "section", {}, "the switches: `switch: bmv2` or a mapping (below)", default_doc="see below"),
+        Key("mode", "section", {}, "the queue discipline of every switch port: `mode: pcn` or a mapping",
+            default_doc="see below"),
+        Key("telemetry", "section", {}, "telemetry clones for the switch queue log: `telemetry: 10` or a mapping",
+            default_doc="see below"),
+        Key("fidelity", "section", {}, "the thresholds of each run's fidelity check (fidelity.json): a mapping",
+            default_doc="see below"),
+        Key("jobs", "list", [], f"DDL jobs, each a mapping (below); data-plane job ids 1, 2, ... in this order "
+            f"(at most {MAX_JOB_ID})", default_doc="[] (none)"),
+        Key("background", "list", [], "background TCP flows, each a mapping (below)", default_doc="[] (none)"),
+        Key("duration_s", "number", 30.0, "length of a run: background flows run this long; jobs end at "
+            "their iterations or at this limit, whichever comes first", unit="s", above=0, max=MAX_DURATION_S),
+        Key("warmup_s", "number", 2.0, "background flows run this long before the jobs start, so a standing "
+            "queue is there when the first burst arrives", unit="s", min=0, max=MAX_DURATION_S),
+        Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1,
+            max=MAX_RUNS),
+        Key("seed", "int", 0, "seed of repetition 1; repetition N uses seed + N - 1 (every sweep point of a "
+            "repetition shares it)", min=0, max=(1 << 31) - 1),
+        Key("baseline", "text", None, "the sweep point the report compares every other point against "
+            "(Δ, Δ % and the interval of the difference), e.g. `mode=droptail`; `pcnlab report --baseline` "
+            "overrides it", nullable=True, default_doc="none"),
+        Key("reference", "choice", None, "published figures `pcnlab report` shows beside ours, in their own "
+            "column (experiments/reference.py)", choices=tuple(REFERENCES), nullable=True, default_doc="none"),
+        Key("sweep", "sweep", {}, "dotted key -> list of values; the cartesian product becomes runs, named "
+            "from their values (`mode=pcn,workers=2`)"),
+    ),
+    "topology": (
+        Key("kind", "choice", REQUIRED, "which topology; its parameters are listed below", choices=tuple(TOPOLOGIES),
+            what="topology"),
+    ),
+    "switch": (
+        Key("kind", "choice", "bmv2", "bmv2: one simple_switch_grpc per switch running p4src/pcn.p4; bridge: "
+            "Linux bridges (drop-tail only, no telemetry; for tests without BMv2)", choices=SWITCH_KINDS,
+            what="switch kind"),
+        Key("packet_log", "bool", False, "BMv2's per-packet log (the slower logging build: links at most "
+            f"{MAX_LINK_MBPS_PACKET_LOG:g} Mbit/s)"),
+        Key("pcap", "bool", False, "a pcap per BMv2 port in the run folder"),
+    ),
+    "mode": (
+        Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "
+            "predicted pre-drain windows with K_pre; pcn-host: the paper's host-announced counter",
+            choices=MODES, what="mode"),
+        Key("K", "int", 40, "ECN marking threshold (ecn, pcn, pcn-host); at most topology.queue",
+            unit="packets", min=1, max=MAX_QDEPTH),
+        Key("K_pre", "int", 10, f"threshold for background traffic while a burst is expected "
+            f"({', '.join(K_PRE_MODES)}); at most K", unit="packets", min=0, max=MAX_QDEPTH),
+        Key("lead_us", "lead", "auto", "pcn: how long before the predicted iteration start the window opens; "
+            "auto: learned per port (first 2 x the standing queue / port rate + an RTT, then longer while "
+            "iterations inside a window still meet more than K_pre, shorter while they meet less)", unit="us",
+            min=0, max=MAX_BURST_GAP_US),
+        Key("guard_us", "int", 1000, "pcn: how long after the predicted start the window stays open",
+            unit="us", min=0, max=MAX_BURST_GAP_US),
+        Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
+        Key("announce_hold_us", "int", 100_000, "pcn-host: an announcement keeps K_pre for background at most "
+            "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US),
+    ),
+    "telemetry": (
+        Key("every", "every", 1, "clone 1 in N packets of every port to the monitor host; off: no queue log",
+            min=1, max=MAX_TELEMETRY_EVERY, default_doc="1 (bmv2), off (bridge)"),
+    ),
+    "fidelity": (
+        Key("min_rate_pct", "number", 95.0, "every bottleneck port sends at least this share of its configured rate "
+            "while its queue is non-empty", unit="%", min=0, max=100),
+        Key("min_backlog_s", "number", 1.0, "a port is checked as a bottleneck when its queue was non-empty at "
+            "least this long", unit="s", min=0, max=MAX_DURATION_S),
+        Key("max_bmv2_cpu_pct", "number", 90.0, "no BMv2 process uses more than this share of one core (p95 of "
+            "0.5 s samples): its ingress pipeline is one thread", unit="%", above=0),
+        Key("min_idle_pct", "number", 0.0, "the machine's idle time (p5 of 0.5 s samples) is at least this; 0: "
+            "below 5 % is only a warning (a busy machine whose switches held their rates and lag kept up)",
+            unit="%", min=0, max=100),
+        Key("max_lag_factor", "number", 5.0, "each switch's processing lag (packets that met an empty queue), "
+            "p95, is at most this times the idle value `pcnlab calibrate` measured", above=0),
+        Key("max_telemetry_loss_pct", "number", 1.0, "telemetry records lost, at most this share per switch",
+            unit="%", min=0, max=100),
+        Key("max_controller_lag_ms", "number", 50.0, "pcn: from a burst report to the window write it caused, "
+            "p95 at most this", unit="ms", above=0),
+    ),
+    "jobs": (
+        Key("name", "name", REQUIRED, "the job's name (logs under jobs/<name>/)", default_doc="job<N>"),
+        Key("kind", "choice", REQUIRED, "ps: PyTorch parameter server; ring: PyTorch ring all-reduce; "
+            "generator: the DDL burst generator (no PyTorch)", choices=JOB_KINDS, what="job kind"),
+        Key("pattern", "choice", "ps", "generator: workers send to one PS which answers (ps), or each worker "
+            "to the next (ring)", choices=BURST_PATTERNS, applies=("generator",), what="pattern"),
+        Key("ps", "hosts", "ps", "PS host(s): host names or a role; one host per PS shard (a generator: one "
+            "host); ps jobs and ps-pattern generators", applies=("ps", "generator"),
+            default_doc="role `ps`"),
+        Key("workers", "hosts", "workers", "a count (taken in order from pool), a host, a role, or a list of "
+            "hosts and roles; a ring needs at least 2", default_doc="role `workers`"),
+        Key("pool", "hosts", "workers", "where a count of workers is taken from: a role or a list of hosts",
+            default_doc="role `workers`, else every host but the PS"),
+        Key("iterations", "int", 10, "training iterations (generator: bursts)", min=1, max=1_000_000),
+        Key("compute_ms", "number", 0.0, "compute time per iteration (an accelerator's; generator: the gap "
+            "after the PS's answer)", unit="ms", min=0, max=MAX_DURATION_S * 1000),
+        Key("model", "choice", "mlp", "mlp, cnn: small real models on generated data; digits-mlp, digits-cnn: "
+            "scikit-learn's handwritten digits (test accuracy reported); resnet50, vgg16, bert-base: their "
+            "per-layer gradient sizes times scale", choices=MODELS, applies=TRAIN_KINDS, what="model"),
+        Key("scale", "number", 0.01, "gradient profiles: every layer's size times this", above=0, max=1,
+            applies=TRAIN_KINDS),
+        Key("batch", "int", 32, "samples per worker per iteration", min=1, max=1 << 16, applies=TRAIN_KINDS),
+        Key("lr", "number", 0.05, "learning rate (SGD)", above=0, applies=TRAIN_KINDS),
+        Key("eval_every", "int", 10, "real models: test accuracy on held-out data every this many iterations "
+            "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0, max=1_000_000,
+            applies=TRAIN_KINDS),
+        Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
+            min=0, max=1024, applies=("ring",)),
+        Key("burst_bytes", "int", 250_000, "B: what each worker sends per iteration", unit="bytes", min=1,
+            max=MAX_BYTES, applies=("generator",)),
+        Key("reply_bytes", "int", None, "what the PS answers each worker", unit="bytes", min=0, max=MAX_BYTES,
+            nullable=True, applies=("generator",), default_doc="burst_bytes"),
+        Key("period_ms", "number", 0.0, "a burst starts every period (0: back to back after compute_ms)",
+            unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",)),
+        Key("jitter_ms", "number", 0.0, "each start moves by a uniform offset in [-jitter, +jitter]; below "
+            "period_ms", unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",)),
+        Key("pcn_start", "autobool", "auto", "announce each burst one RTT ahead (DSCP PCN-START) for pcn-host "
+            "(ps, ring: each worker's gradients, to the PS or its ring successor, before each iteration's "
+            "communication); auto: on in pcn-host runs only"),
+        Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: one smoothed RTT)",
+            unit="us", min=0, max=MAX_BURST_GAP_US),
+        Key("burst_gap_us", "int", 10_000, "G: a data packet of the job after this much silence on a switch "
+            "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),
+        Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
+            "never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
+        Key("cc", "choice", "cubic", "TCP congestion control; dctcp needs a kernel with it (checked when the "
+            "run starts) and ecn: true", choices=CCS, what="congestion control"),
+        Key("ecn", "bool", True, "ECN on the job's hosts (ECT packets)"),
+    ),
+    "background": (
+        Key("name", "name", REQUIRED, "the flow's name; with several src/dst pairs, name-1, name-2, ...",
+            default_doc="<src>-<dst>"),
+        Key("src", "hosts", REQUIRED, "sender(s): a host, a role or a list; one flow per (src, dst) pair"),
+        Key("dst", "hosts", REQUIRED, "receiver(s): a host, a role or a list"),
+        Key("cc", "choice", "cubic", "TCP congestion control (dctcp: see jobs)", choices=CCS,
+            what="congestion control"),
+        Key("ecn", "bool", True, "ECN on the sender's host (ECT packets)"),
+        Key("rate", "number", None, "cap on the sender's rate (null: as fast as TCP goes)", unit="Mbit/s",
+            above=0, nullable=True),
+    ),
+}
+SHORTHAND = {"topology": "kind", "switch": "kind", "mode": "kind", "telemetry": "every"}
+LIST_SECTIONS = ("jobs", "background")
+NOT_SWEPT = ("name", "description", "repetitions", "sweep", "fidelity", "reference", "baseline")
+
+
+def by_name(keys: Iterable[Key]) -> dict[str, Key]:
+    return {k.name: k for k in keys}
+
+
+def section_keys(section: str) -> dict[str, Key]:
+    return by_name(SECTIONS[section])
+
+
+def default(section: str, name: str) -> Any:
+    """A key's default, for the typed configs' fields."""
+    return section_keys(section)[name].default
+

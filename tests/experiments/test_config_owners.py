@@ -1,0 +1,101 @@
+"""The experiment-file package against the modules that own its facts: the data plane's K_pre rule (one
+check, with the file's line), the kinds and names the schema takes from the network, workloads and data
+plane, and each distinct topology built once per load_experiment call (never cached across calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pcnlab.controller import dataplane
+from pcnlab.errors import UsageError
+from pcnlab.experiments.config import build, load_experiment
+from pcnlab.experiments.config.schema import JOB_KINDS, SECTIONS, TOPOLOGY_PARAMS, by_name
+from pcnlab.topologies import network, topos
+from pcnlab.workloads import catalog, specs
+from pcnlab.workloads import config as workload_config
+
+GENERATOR = "jobs:\n  - {kind: generator, ps: h1, workers: 2}\n"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_k_pre_is_checked_by_the_data_planes_rule(tmp_path):
+    # The data plane: K_pre <= K in the modes that have a K_pre; the others ignore it.
+    for mode in dataplane.MODES:
+        if mode in dataplane.K_PRE_MODES:
+            with pytest.raises(UsageError, match=r"need 0 <= k_pre \(10\) <= k \(5\)"):
+                dataplane.PortMode(mode, k=5, k_pre=10)
+        else:
+            assert dataplane.PortMode(mode, k=5, k_pre=10).k_pre == 10
+    # The file: the same rule, at the line that set K (K_pre is the default 10).
+    text = "topology: star\nmode:\n  kind: ecn\n  K: 5\n" + GENERATOR
+    run = load_experiment(_write(tmp_path, text)).runs()[0]
+    assert dataplane.PortMode(**run.mode.port_mode_kwargs()).k == 5
+    for kind in dataplane.K_PRE_MODES:
+        with pytest.raises(UsageError) as err:
+            load_experiment(_write(tmp_path, text), overrides=[f"mode={kind}"])
+        assert str(err.value) == (f"{tmp_path / 'exp.yaml'}:4: mode.K_pre: 10 is above K (5); K_pre must be at "
+                                  "most K (it is the lower threshold used while a burst is expected)")
+
+
+def test_the_schema_takes_its_lists_from_their_owners():
+    assert by_name(SECTIONS["mode"])["kind"].choices is dataplane.MODES
+    assert by_name(SECTIONS["switch"])["kind"].choices is network.SWITCH_KINDS
+    assert by_name(SECTIONS["jobs"])["model"].choices is catalog.MODELS
+    assert by_name(SECTIONS["jobs"])["pattern"].choices is workload_config.BURST_PATTERNS
+    assert by_name(SECTIONS["topology"])["kind"].choices == tuple(topos.TOPOLOGIES)
+    assert by_name(SECTIONS["mode"])["K"].max == dataplane.MAX_QDEPTH
+    # The file's job kinds are the launcher's, with the burst generator called a generator.
+    assert JOB_KINDS == ("ps", "ring", "generator") and len(JOB_KINDS) == len(specs.JOB_KINDS)
+    assert all(k.applies == workload_config.TRAIN_KINDS for k in SECTIONS["jobs"] if k.name in ("model", "lr"))
+    # Host counts are bounded by what the topologies can build.
+    assert all(k.max in (topos.MAX_HOSTS, topos.MAX_SWITCHES) for params in TOPOLOGY_PARAMS.values()
+               for k in params if k.type == "int" and k.name != "queue")
+
+
+def test_too_many_jobs_is_the_data_planes_limit(tmp_path):
+    jobs = "".join(f"  - {{kind: generator, ps: h1, workers: [h2]}}\n" for _ in range(dataplane.MAX_JOB_ID + 1))
+    with pytest.raises(UsageError, match=f"{dataplane.MAX_JOB_ID + 1} jobs; the data plane tells at most "
+                                         f"{dataplane.MAX_JOB_ID} apart"):
+        load_experiment(_write(tmp_path, "topology: star\njobs:\n" + jobs))
+
+
+@pytest.fixture
+def builds(monkeypatch) -> list:
+    """Every topology load_experiment builds, as (kind, hosts) (the real builds, counted)."""
+    calls = []
+    real = build.make_topology
+
+    def counted(kind, **params):
+        calls.append((kind, params.get("hosts")))
+        return real(kind, **params)
+
+    monkeypatch.setattr(build, "make_topology", counted)
+    return calls
+
+
+def test_each_distinct_topology_is_built_once_per_load(tmp_path, builds):
+    text = ("topology: {kind: star, hosts: 4}\n" + GENERATOR + "repetitions: 2\nsweep:\n  topology.hosts: [4, 6]\n"
+            "  seed: [" + ", ".join(str(s) for s in range(50)) + "]\n")
+    path = _write(tmp_path, text)
+    runs = load_experiment(path).runs()
+    assert len(runs) == 2 * 50 * 2
+    assert sorted(builds) == [("star", 4), ("star", 6)]
+    assert {len(r.topology.hosts) for r in runs} == {4, 6}
+    assert runs[0].topology.roles is not runs[2].topology.roles    # each run has its own roles
+    load_experiment(path)                                           # a new load builds them again
+    assert len(builds) == 4
+
+
+def test_a_thousand_runs_of_a_thousand_hosts_build_one_topology(tmp_path, builds):
+    seeds = ", ".join(str(s) for s in range(1000))
+    text = f"topology: {{kind: star, hosts: {topos.MAX_HOSTS}}}\n{GENERATOR}sweep:\n  seed: [{seeds}]\n"
+    runs = load_experiment(_write(tmp_path, text)).runs()
+    assert len(runs) == 1000 and len(runs[-1].topology.hosts) == topos.MAX_HOSTS
+    assert builds == [("star", topos.MAX_HOSTS)]

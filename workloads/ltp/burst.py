@@ -1,0 +1,87 @@
+"""The burst generator's PS pattern over LTP (`--transport ltp`): each worker's burst of burst_bytes
+goes to the PS as LTP datagrams (one float32 "tensor" of zeros, burst_bytes / 4 elements, rounded
+up), the PS closes each iteration as the PyTorch PS does (Early Close, deadline) and answers every
+worker with reply_bytes over its TCP connection, as the TCP generator does. The start (every worker
+connects and says its rank, then all go together), the pacing and PCN-START are burst.py's.
+
+The LTP fields of the logs are training.py's (receiver and sender statistics per iteration).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from pcnlab.workloads.burst import _Pacer, _Payload, _reply_bytes, _udp, _wait_and_announce, accept_workers, join_ps
+from pcnlab.workloads.config import BurstConfig
+from pcnlab.workloads.joblog import JsonLog
+from pcnlab.workloads.ltp.earlyclose import EarlyClose
+from pcnlab.workloads.ltp.receiver import LtpServer
+from pcnlab.workloads.ltp.sender import LtpSender
+from pcnlab.workloads.ltp.wire import Layout, job_tag
+
+
+def _layout(cfg: BurstConfig) -> Layout:
+    return Layout([(cfg.burst_bytes + 3) // 4])
+
+
+def _port(cfg: BurstConfig) -> int:
+    return cfg.ltp_port or cfg.port + 1
+
+
+def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
+    conns = accept_workers(cfg, log)
+    ranks = sorted(conns)
+    workers = {r: conns[r].getpeername()[0] for r in ranks}
+    server = LtpServer((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), workers, _layout(cfg),
+                       EarlyClose(cfg.ltp_deadline_ms / 1e3, cfg.ltp_theta_min))
+    reply = _Payload(_reply_bytes(cfg))
+    try:
+        with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
+            for it in range(cfg.iterations):
+                comm_start = time.monotonic_ns()
+                closed = server.wait(it, cfg.timeout_s)
+                stats = closed.stats
+                server.release(it)
+                send_start = time.monotonic_ns()
+                list(pool.map(lambda r: reply.send(conns[r], it, _reply_bytes(cfg)), ranks))
+                send_end = time.monotonic_ns()
+                log.iteration(iter=it, compute_start_ns=send_start, compute_end_ns=send_start,
+                              comm_start_ns=stats["ltp_first_ns"] or comm_start, comm_end_ns=send_end,
+                              recv_end_ns=stats["ltp_close_ns"], send_start_ns=send_start, transport="ltp",
+                              bytes_sent=_reply_bytes(cfg) * len(ranks), loss=None, **stats)
+    finally:
+        server.stop()
+    log.write("ltp_counters", **server.counters())
+    for sock in conns.values():
+        sock.close()
+
+
+def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
+    sock = join_ps(cfg)
+    udp = _udp(cfg)
+    layout = _layout(cfg)
+    sender = LtpSender((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), cfg.rank, layout, seed=cfg.seed,
+                       bind_addr=sock.getsockname()[0], idle_timeout_s=cfg.timeout_s)
+    burst = np.zeros(layout.total, dtype=np.float32)
+    answer = _Payload(_reply_bytes(cfg))
+    pacer = _Pacer(cfg)
+    answered = time.monotonic_ns()
+    try:
+        for it in range(cfg.iterations):
+            gap_start = answered
+            start, announced = _wait_and_announce(cfg, log, pacer, udp, sock, cfg.ps_addr, it, answered)
+            comm_start = time.monotonic_ns()
+            result = sender.send(it, burst, cfg.ltp_deadline_ms / 1e3)
+            sent_end = time.monotonic_ns()
+            _, size = answer.receive(sock, it)
+            answered = time.monotonic_ns()
+            log.iteration(iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
+                          comm_end_ns=answered, send_end_ns=sent_end, planned_start_ns=start,
+                          announce_ns=announced, transport="ltp", bytes_sent=result.bytes_sent, bytes_recv=size,
+                          loss=None, **result.log_fields())
+    finally:
+        sender.close()
+        sock.close()

@@ -1,0 +1,86 @@
+"""Early Close: when the PS stops waiting for the rest of an iteration's gradients.
+
+The PS closes an iteration (and every worker stops sending it) at the first of:
+
+- complete: every chunk of every worker has arrived (Early Close did not fire);
+- threshold: every worker has delivered at least the loss-tolerant threshold theta of its gradient,
+  and the rest has not arrived within a grace period after that moment: grace = SLACK x (the rest's
+  bytes at the rate this iteration has arrived so far) + 2 x the largest smoothed RTT the workers
+  report. The tail is then not merely in flight at the usual pace but waiting on losses to be
+  detected and sent again (or on a straggler), which is the long tail incast gives TCP;
+- deadline: the hard deadline, counted from the iteration's first datagram at the PS, whatever has
+  arrived (a worker short of theta, or silent, is filled in: fill.py).
+
+theta adapts to the loss the PS measures (each worker's transmissions carry consecutive sequence
+numbers, so the gaps in what arrived are what was lost): theta = 1 - GAIN x loss, the loss an
+exponentially weighted average over iterations, held within [theta_min, 1]. On a link that loses
+nothing theta stays 1: the PS waits for every byte (until the deadline), and the model's updates are
+exactly TCP's. The more the network loses, the lower theta goes and the sooner the tail is given up,
+but never below theta_min of any worker's gradient before the deadline (the accuracy guard). Delay
+enters through the grace period: the RTT and the iteration's own arrival rate set how long the
+tail may take before it counts as a tail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GAIN = 2.0            # theta = 1 - GAIN x the loss estimate
+ALPHA = 0.25          # weight of the latest iteration's loss in the estimate
+SLACK = 2.0           # the grace period allows the rest twice the time the iteration's pace predicts
+MIN_GRACE_S = 0.002
+
+COMPLETE, THRESHOLD, DEADLINE = "complete", "threshold", "deadline"
+
+
+@dataclass
+class EarlyClose:
+    deadline_s: float
+    theta_min: float = 0.8
+    loss: float = 0.0             # the loss estimate (EWMA over iterations)
+
+    def __post_init__(self):
+        if not 0 < self.deadline_s:
+            raise ValueError("the hard deadline must be positive")
+        if not 0 <= self.theta_min <= 1:
+            raise ValueError("theta_min is a fraction in [0, 1]")
+
+    @property
+    def theta(self) -> float:
+        return min(1.0, max(self.theta_min, 1.0 - GAIN * self.loss))
+
+    def learn(self, loss_rate: float) -> None:
+        """After an iteration: the share of its transmissions that were lost."""
+        self.loss = (1 - ALPHA) * self.loss + ALPHA * min(max(loss_rate, 0.0), 1.0)
+
+    @staticmethod
+    def grace_s(received_bytes: int, total_bytes: int, first_s: float, now_s: float, srtt_s: float) -> float:
+        """How long the rest may take once every worker is past theta."""
+        elapsed = max(now_s - first_s, 1e-3)
+        rate = received_bytes / elapsed if received_bytes else 0.0
+        rest = max(total_bytes - received_bytes, 0)
+        pace = rest / rate if rate else 0.0
+        return max(MIN_GRACE_S, SLACK * pace + 2 * srtt_s)
+
+    def decide(self, complete: bool, first_s: float | None, theta_s: float | None, grace_s: float | None,
+               now_s: float) -> str | None:
+        """Why the iteration closes now (COMPLETE, THRESHOLD, DEADLINE), or None to keep waiting.
+        first_s: its first datagram; theta_s: when the last worker reached theta (None: not yet)."""
+        if complete:
+            return COMPLETE
+        if first_s is None:
+            return None
+        if now_s >= first_s + self.deadline_s:
+            return DEADLINE
+        if theta_s is not None and grace_s is not None and now_s >= theta_s + grace_s:
+            return THRESHOLD
+        return None
+
+    def next_check(self, first_s: float | None, theta_s: float | None, grace_s: float | None) -> float | None:
+        """The next moment `decide` could change its answer without a datagram arriving."""
+        times = []
+        if first_s is not None:
+            times.append(first_s + self.deadline_s)
+        if theta_s is not None and grace_s is not None:
+            times.append(theta_s + grace_s)
+        return min(times) if times else None

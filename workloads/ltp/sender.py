@@ -1,0 +1,225 @@
+"""A worker's LTP sender: one iteration's gradient to one PS shard, out of order, as datagrams.
+
+    sender = LtpSender(("10.0.0.1", port), tag, rank, layout, seed=0)
+    result = sender.send(it, flat_gradient, deadline_s=0.5)     # a SendResult: what went, how it ended
+
+Every iteration the chunks go out in a fresh seeded permutation (per worker and iteration): a burst of
+losses at the switch then hits different parts of each worker's gradient, so the PS's Bubble
+Filling almost always has other workers' values for a lost chunk. The window (control.py) bounds the
+transmissions outstanding; the PS acknowledges every datagram with the iteration's whole bitmap, so
+chunks arrive and are acknowledged in any order (no head-of-line blocking). A transmission is lost
+when one sent later was acknowledged and a reordering window has passed (RACK), or when the
+retransmission timer fires; its chunk is sent again first, but only while the iteration is open: the
+sender stops at the PS's CLOSE, when every chunk is acknowledged, or at its own deadline (the PS's
+hard deadline counted from this worker's own start, which is never earlier than the PS's).
+
+The socket is connected to the PS's address, so the kernel drops datagrams from anyone else; an
+acknowledgement that still fails its checks (wire.parse_ack) is counted by reason and dropped.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pcnlab.workloads.ltp.control import AimdWindow, RttEstimator
+from pcnlab.workloads.ltp.wire import (ACK_HEADER, DATA_HEADER, FLAG_RETRANSMISSION, MAGIC, MAX_DATAGRAM, VERSION,
+                                       DATA, Layout, Rejected, mask_of, parse_ack)
+
+SOCKET_BUFFER = 1 << 20
+
+
+@dataclass
+class SendResult:
+    iter: int
+    outcome: str                  # complete | closed (the PS closed it) | deadline (this sender gave up)
+    chunks: int
+    acked_chunks: int
+    datagrams: int                # transmissions, retransmissions included
+    retransmissions: int
+    bytes_sent: int               # UDP payload bytes of every transmission (headers included)
+    gradient_bytes: int           # the gradient's own bytes (4 per element)
+    acked_bytes: int              # gradient bytes the PS acknowledged
+    start_ns: int
+    end_ns: int
+    cwnd: float
+    srtt_us: int
+    loss_events: int
+    timeouts: int
+    rejected: dict = field(default_factory=dict)
+
+    def log_fields(self) -> dict:
+        return {"ltp_outcome": self.outcome, "ltp_chunks": self.chunks, "ltp_acked_chunks": self.acked_chunks,
+                "ltp_datagrams": self.datagrams, "ltp_retransmissions": self.retransmissions,
+                "ltp_gradient_bytes": self.gradient_bytes, "ltp_acked_bytes": self.acked_bytes,
+                "ltp_cwnd": round(self.cwnd, 2), "srtt_us": self.srtt_us, "ltp_loss_events": self.loss_events,
+                "ltp_timeouts": self.timeouts, "ltp_rejected": dict(self.rejected)}
+
+
+class LtpSender:
+    """Sends one worker's gradients to one PS shard, iteration after iteration; the window and the RTT
+    estimate carry over between iterations."""
+
+    def __init__(self, dest: tuple[str, int], tag: int, rank: int, layout: Layout, seed: int = 0,
+                 bind_addr: str = "", idle_timeout_s: float = 60.0):
+        self.dest = dest
+        self.tag, self.rank, self.layout, self.seed = tag, rank, layout, seed
+        self.idle_timeout_s = idle_timeout_s
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+        self.sock.bind((bind_addr, 0))
+        self.sock.connect(dest)
+        self.sock.setblocking(False)
+        self.rtt = RttEstimator()
+        self.window = AimdWindow()
+        self.seq = 0
+        self.rejected: dict[str, int] = {}     # acknowledgements dropped, by reason (cumulative)
+        self._header = bytearray(DATA_HEADER.size)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def _transmit(self, raw: bytes, it: int, chunk: int, again: bool) -> None:
+        lay = self.layout
+        start, count = int(lay.start[chunk]), int(lay.count[chunk])
+        DATA_HEADER.pack_into(self._header, 0, MAGIC, VERSION, DATA, self.tag, self.rank,
+                              FLAG_RETRANSMISSION if again else 0, 0, it & 0xFFFFFFFF, self.seq & 0xFFFFFFFF,
+                              int(lay.tensor[chunk]), count, int(lay.offset[chunk]),
+                              min(self.rtt.srtt_us, 0xFFFFFFFF))
+        while True:
+            try:
+                self.sock.send(bytes(self._header) + raw[4 * start:4 * (start + count)])
+                return
+            except BlockingIOError:           # the socket's send buffer is full: wait for room
+                select.select([], [self.sock], [], 0.01)
+            except ConnectionRefusedError:    # an ICMP unreachable from an earlier datagram: the PS is
+                pass                          # not listening yet (or is gone: the idle timeout decides)
+
+    def send(self, it: int, flat: np.ndarray, deadline_s: float) -> SendResult:
+        """Send iteration `it`'s gradient (`flat`: the layout's tensors, flattened, float32) until every
+        chunk is acknowledged, the PS closes the iteration, or `deadline_s` has passed."""
+        lay = self.layout
+        raw = np.ascontiguousarray(flat, dtype="<f4").tobytes()
+        if len(raw) != 4 * lay.total:
+            raise ValueError(f"gradient of {len(raw) // 4} elements for a layout of {lay.total}")
+        start_ns = time.monotonic_ns()
+        start = start_ns / 1e9
+        give_up = start + deadline_s
+        rng = np.random.default_rng([self.seed, self.rank, it])
+        pending = deque(int(c) for c in rng.permutation(lay.chunks))
+        acked = np.zeros(lay.chunks, dtype=bool)
+        ever_sent = np.zeros(lay.chunks, dtype=bool)
+        outstanding: dict[int, tuple[int, float]] = {}      # seq -> (chunk, sent at)
+        datagrams = retransmissions = sent_bytes = 0
+        loss_events0, timeouts0 = self.window.reductions, self.window.timeouts
+        rack_xmit, rack_rtt = -1.0, 0.0                     # newest delivered transmission: sent at, its RTT
+        last_heard = time.monotonic()
+        outcome = ""
+        buf = bytearray(MAX_DATAGRAM)
+        while not outcome:
+            if not outstanding and not pending:       # nothing in flight, nothing queued: send what is missing
+                pending.extend(int(c) for c in np.flatnonzero(~acked))
+            while len(outstanding) < self.window.allowed() and pending:
+                c = pending.popleft()
+                if acked[c]:
+                    continue
+                self._transmit(raw, it, c, bool(ever_sent[c]))
+                retransmissions += int(ever_sent[c])
+                ever_sent[c] = True
+                outstanding[self.seq] = (c, time.monotonic())
+                self.seq += 1
+                datagrams += 1
+                sent_bytes += DATA_HEADER.size + 4 * int(lay.count[c])
+            now = time.monotonic()
+            if now >= give_up:
+                outcome = "deadline"
+                break
+            rto = self.rtt.rto()
+            wake = give_up
+            if outstanding:
+                oldest = next(iter(outstanding.values()))[1]
+                wake = min(wake, oldest + rto)
+                if rack_xmit >= 0:
+                    wake = min(wake, oldest + rack_rtt + self.rtt.reorder_window())
+            readable, _, _ = select.select([self.sock], [], [], max(0.0, wake - now))
+            now = time.monotonic()
+            if readable:
+                while True:
+                    try:
+                        n = self.sock.recv_into(buf)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except ConnectionRefusedError:
+                        continue
+                    try:
+                        ack = parse_ack(memoryview(buf)[:n], self.tag, self.rank, lay)
+                    except Rejected as exc:
+                        self._reject(exc.reason)
+                        continue
+                    if ack.iter != it:
+                        self._reject("late")
+                        continue
+                    last_heard = now
+                    got = mask_of(ack.bitmap, lay.chunks)
+                    newly = int((got & ~acked).sum())
+                    if newly:
+                        acked |= got
+                        if pending:  # grow only while the window, not the gradient's end, limits sending
+                            self.window.on_ack(newly)
+                    sent = outstanding.get(ack.echo_seq)
+                    if sent is not None:
+                        self.rtt.update(now - sent[1])
+                        if sent[1] > rack_xmit:
+                            rack_xmit, rack_rtt = sent[1], now - sent[1]
+                        del outstanding[ack.echo_seq]
+                    if ack.closed:
+                        outcome = "closed"
+                if acked.all():
+                    outcome = "complete"
+                if outcome:
+                    break
+                for seq in [s for s, (c, _) in outstanding.items() if acked[c]]:
+                    del outstanding[seq]
+            elif now - last_heard > self.idle_timeout_s:
+                raise ConnectionError(f"no acknowledgement from the PS at {self.dest[0]}:{self.dest[1]} for "
+                                      f"{self.idle_timeout_s:.0f} s")
+            self._detect_losses(outstanding, acked, pending, now, rack_xmit, rack_rtt)
+        end_ns = time.monotonic_ns()
+        acked_elems = int(lay.count[acked].sum())
+        return SendResult(it, outcome, lay.chunks, int(acked.sum()), datagrams, retransmissions, sent_bytes,
+                          4 * lay.total, 4 * acked_elems, start_ns, end_ns, self.window.cwnd, self.rtt.srtt_us,
+                          self.window.reductions - loss_events0, self.window.timeouts - timeouts0,
+                          dict(self.rejected))
+
+    def _detect_losses(self, outstanding: dict, acked: np.ndarray, pending: deque, now: float,
+                       rack_xmit: float, rack_rtt: float) -> None:
+        """RACK: a transmission sent before the newest acknowledged one is lost once a reordering window
+        past that one's RTT has gone by; every transmission is lost when the oldest has waited an RTO.
+        Lost chunks still unacknowledged go to the front of the queue."""
+        if not outstanding:
+            return
+        reorder = self.rtt.reorder_window()
+        rto = self.rtt.rto()
+        oldest = next(iter(outstanding.values()))[1]
+        timed_out = now - oldest >= rto
+        lost = [seq for seq, (_, t) in outstanding.items()
+                if timed_out and now - t >= rto or (t < rack_xmit and now - t >= rack_rtt + reorder)]
+        if not lost:
+            return
+        if timed_out:
+            self.window.on_timeout(self.seq - 1)
+        for seq in reversed(lost):
+            c, _ = outstanding.pop(seq)
+            if not timed_out:
+                self.window.on_loss(seq, self.seq - 1)
+            if not acked[c]:
+                pending.appendleft(c)
