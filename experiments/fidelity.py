@@ -42,6 +42,8 @@ from pcnlab.experiments.analysis import stats
 from pcnlab.experiments.calibration import load_calibration
 from pcnlab.experiments.config.runs import FidelityConfig
 from pcnlab.experiments.metrics import json_safe
+from pcnlab.experiments.schedule import rate_timeline
+from pcnlab.jsonlines import read_json_lines
 from pcnlab.results import RunData
 from pcnlab.topologies.routing import rate_mbps
 
@@ -200,6 +202,7 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
             warnings.append(f"the machine was {_pct(idle['p5'])} idle at its busiest (p5), load average up to "
                             f"{figures['load1']['max']:.1f}")
     checks["telemetry"] = _telemetry_checks(run.path, limits, reasons)
+    checks["ecn"] = _ecn_checks(run, reasons)
     checks["controller"] = control = controller_lag(run.events)
     lag_ms = control["lag_ms"]
     control["ok"] = lag_ms["n"] == 0 or lag_ms["p95"] <= limits.max_controller_lag_ms
@@ -245,20 +248,35 @@ def _cpu_reasons(figures: dict, limits: FidelityConfig) -> list[str]:
 
 
 def _port_checks(run: RunData, queue: pd.DataFrame, limits: FidelityConfig, reasons: list[str], note) -> list[dict]:
-    """Every port with a configured rate: the rate it achieved while backlogged."""
+    """Every port with a configured rate: the rate it achieved while backlogged. A port whose rate the
+    run's schedule changed is judged per step against the rate in force when its packets were queued
+    (BMv2 fixes a packet's departure when it is queued)."""
     ports = []
-    for (switch, port), rate in sorted(run.port_rates.items()):
-        rows = queue[(queue["switch"] == switch) & (queue["port"] == port)]
-        got = backlogged_rate(rows, run.telemetry_every, queue.loc[queue["switch"] == switch, "seq"].to_numpy())
-        share = got["pps"] / rate if got["pps"] else None
-        bottleneck = got["seconds"] >= limits.min_backlog_s and share is not None
-        ok = not bottleneck or share * 100 >= limits.min_rate_pct
-        ports.append({"switch": switch, "port": port, "rate_pps": rate, "rate_mbps": rate_mbps(rate),
-                      "backlogged_s": got["seconds"], "achieved_pps": got["pps"], "share": share,
-                      "bottleneck": bottleneck, "ok": ok})
-        if not ok:
-            reasons.append(f"{switch} port {port} achieved {_pct(share)} of its {rate_mbps(rate):.3g} Mbit/s while "
-                           f"backlogged ({got['pps']:.0f} of {rate} packets/s over {got['seconds']:.1f} s){note(switch)}")
+    for (switch, port), steps in sorted(rate_timeline(run.events, run.port_rates).items()):
+        at = queue[(queue["switch"] == switch) & (queue["port"] == port)]
+        seqs = queue.loc[queue["switch"] == switch, "seq"].to_numpy()
+        for i, (since_ns, rate) in enumerate(steps):
+            until_ns = steps[i + 1][0] if i + 1 < len(steps) else None
+            rows = at
+            if since_ns is not None:
+                rows = rows[rows["ingress_ns"] >= since_ns]
+            if until_ns is not None:
+                rows = rows[rows["ingress_ns"] < until_ns]
+            if rate is None:
+                continue
+            got = backlogged_rate(rows, run.telemetry_every, seqs)
+            share = got["pps"] / rate if got["pps"] else None
+            bottleneck = got["seconds"] >= limits.min_backlog_s and share is not None
+            ok = not bottleneck or share * 100 >= limits.min_rate_pct
+            step = {"since_ns": since_ns} if len(steps) > 1 else {}
+            ports.append({"switch": switch, "port": port, "rate_pps": rate, "rate_mbps": rate_mbps(rate), **step,
+                          "backlogged_s": got["seconds"], "achieved_pps": got["pps"], "share": share,
+                          "bottleneck": bottleneck, "ok": ok})
+            if not ok:
+                when = " (a scheduled rate)" if since_ns is not None else ""
+                reasons.append(f"{switch} port {port} achieved {_pct(share)} of its {rate_mbps(rate):.3g} Mbit/s{when} "
+                               f"while backlogged ({got['pps']:.0f} of {rate} packets/s over {got['seconds']:.1f} s)"
+                               f"{note(switch)}")
     return ports
 
 
@@ -295,6 +313,22 @@ def _telemetry_checks(path: Path, limits: FidelityConfig, reasons: list[str]) ->
                            f"{loss['records'] + loss['lost']}; at most {limits.max_telemetry_loss_pct:g} %): the "
                            "collector fell behind")
     return out
+
+
+def _ecn_checks(run: RunData, reasons: list[str]) -> dict:
+    """Background flows configured with ECN whose connection went without it (the sender's `connected`
+    record): such a flow is non-ECT, no mode marks it, and the queue it keeps is not the experiment's."""
+    wanted = {f["name"] for f in run.config.get("background") or [] if f.get("ecn")}
+    without = []
+    for log in sorted(run.path.glob("flows/*.sender.jsonl")):
+        flow = log.name[: -len(".sender.jsonl")]
+        connected = next((r for r in read_json_lines(log)[1] if r.get("type") == "connected"), None)
+        if flow in wanted and connected is not None and connected.get("ecn") is False:
+            without.append(flow)
+    if without:
+        reasons.append(f"background flow{'s' if len(without) > 1 else ''} {', '.join(without)} asked for ECN "
+                       "but connected without it: non-ECT traffic no mode marks")
+    return {"asked": sorted(wanted), "without": without}
 
 
 def verdict_line(fidelity: dict, most: int = 2) -> str:

@@ -20,6 +20,7 @@ from pcnlab.experiments.control import start_controller
 from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.experiments.sampler import CpuSampler
+from pcnlab.experiments.schedule import ScheduleRunner
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 
 
@@ -67,6 +68,7 @@ class RunExecution:
         self.run = run
         self.folder = folder
         self.say = say
+        self.schedule: ScheduleRunner | None = None
 
     def execute(self) -> None:
         from pcnlab.workloads import FlowSpec, JobSpec, Workloads
@@ -91,23 +93,33 @@ class RunExecution:
                 if telemetry:
                     collectors = self._start_collectors(net, topo)
                 progress = Progress(run.duration_s)
+                schedule = self.schedule = ScheduleRunner(  # changes during the run (experiments/schedule.py)
+                    run.schedule, endpoints=net.endpoints() if bmv2 else (), controller=controller_thread,
+                    flows={f.name: f for f in run.background}, workloads=workloads, events=events,
+                    duration_s=run.duration_s)
                 if run.background:
-                    flows = workloads.start_flows([FlowSpec(**f.flow_spec_kwargs(run.duration_s))
-                                                   for f in run.background])
+                    plain = [FlowSpec(**f.flow_spec_kwargs(run.duration_s)) for f in run.background
+                             if f.name not in schedule.own_flows()]
+                    flows = workloads.start_flows(plain) if plain else None
+                    schedule.start_background()
                     events.write("background_started", flows=len(run.background))
                     self._wait(progress, run.warmup_s, "background warming up")
                 for job in run.jobs:
                     jobs.append(workloads.start_job(JobSpec(**job.job_spec_kwargs(run.seed))))
                     events.write("job_started", job=job.name, id=job.id)
+                schedule.begin()
                 self._run_until_done(progress, jobs)
                 progress.close()
             finally:
                 sampler.stop()
                 for handle in jobs:
                     handle.stop()
-                if flows is not None:
-                    flows.stop()
-                    (path / "background.json").write_text(json.dumps(flows.throughput(), indent=1))
+                scheduled = self.schedule.close() if self.schedule is not None else {}
+                if flows is not None or scheduled:
+                    if flows is not None:
+                        flows.stop()
+                    (path / "background.json").write_text(json.dumps(
+                        {**(flows.throughput() if flows is not None else {}), **scheduled}, indent=1))
                 if controller_thread is not None:
                     counters = {}
                     for name, switch in controller_thread.controller.switches.items():
@@ -137,8 +149,11 @@ class RunExecution:
             if jobs and not running:
                 progress.update("jobs finished")
                 return
+            changed = self.schedule.tick() if self.schedule is not None else []
             progress.update(f"{len(running)} job(s) running" if jobs else "background only")
-            time.sleep(0.2)
+            if changed:
+                progress.update("schedule: " + "; ".join(changed))
+            time.sleep(0.05 if self.schedule is not None and self.schedule.pending else 0.2)
         if jobs and any(not j.check() for j in jobs):
             progress.update("duration reached: jobs stopped")
 

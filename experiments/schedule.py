@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable
 
 from pcnlab.topologies.routing import rate_pps
+
+if TYPE_CHECKING:      # the config imports this module: it loads without pandas
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class Change:
     bw: float | None = None                 # Mbit/s
     start: tuple[str, ...] = ()
     stop: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Change":
+        link = tuple(data["link"].split("-", 1)) if data.get("link") else None
+        return cls(float(data["at_s"]), link, data.get("bw"), tuple(data.get("start", ())), tuple(data.get("stop", ())))
 
     def to_dict(self) -> dict:
         out: dict = {"at_s": self.at_s}
@@ -61,7 +67,7 @@ def problems(changes: Iterable[Change], duration_s: float, bmv2: bool, links: se
     started: dict[str, float] = {}
     stopped: dict[str, float] = {}
     for i, c in enumerate(changes):
-        if not c.link and not c.start and not c.stop:
+        if not c.link and c.bw is None and not c.start and not c.stop:
             out.append((i, "", "a change needs link and bw, start or stop"))
         if c.at_s >= duration_s:
             out.append((i, "at_s", f"{c.at_s:g} s is not before the run ends (duration_s {duration_s:g} s after "
@@ -125,11 +131,18 @@ class ScheduleRunner:
         self.finished: dict[str, object] = {}    # flows the schedule stopped
         self.t0: float | None = None
 
-    def begin(self) -> None:
-        """The jobs have started: times count from now. Flows the schedule only stops start now."""
-        self.t0 = time.monotonic()
+    def own_flows(self) -> set[str]:
+        """The background flows the schedule starts or stops: it runs them (the runner, the others)."""
+        return scheduled_starts(self.pending) | scheduled_stops(self.pending)
+
+    def start_background(self) -> None:
+        """With the other background flows: those the schedule only stops."""
         for name in sorted(scheduled_stops(self.pending) - scheduled_starts(self.pending)):
-            self._start(name, 0.0)
+            self._start(name, None)
+
+    def begin(self) -> None:
+        """The jobs have started: the changes' times count from now."""
+        self.t0 = time.monotonic()
 
     def elapsed(self) -> float:
         return time.monotonic() - (self.t0 if self.t0 is not None else time.monotonic())
@@ -160,13 +173,14 @@ class ScheduleRunner:
                   rate_pps=pps, call_ms=round(call_s * 1e3, 3))
         return f"{switch}-{peer} at {change.bw:g} Mbit/s"
 
-    def _start(self, name: str, at_s: float) -> str:
+    def _start(self, name: str, at_s: float | None) -> str:
         from pcnlab.workloads import FlowSpec
 
         flow = self.flows[name]
-        remaining = max(self.duration_s - self.elapsed(), 1.0)
+        remaining = max(self.duration_s - self.elapsed(), 1.0) if at_s is not None else self.duration_s
         self.handles[name] = self.workloads.start_flows([FlowSpec(**flow.flow_spec_kwargs(remaining))], name=name)
-        self._log(action="start", at_s=at_s, flow=name)
+        if at_s is not None:
+            self._log(action="start", at_s=at_s, flow=name)
         return f"flow {name} started"
 
     def _stop(self, name: str, at_s: float) -> str:
@@ -188,7 +202,7 @@ class ScheduleRunner:
         return out
 
 
-def rate_timeline(events: pd.DataFrame, configured: dict[tuple[str, int], int]) -> dict[tuple[str, int], list]:
+def rate_timeline(events: "pd.DataFrame", configured: dict[tuple[str, int], int]) -> dict[tuple[str, int], list]:
     """Per (switch, port): [(from host_ns or None for the start, rate_pps), ...] in time order: the
     configured rate, then every scheduled change (the `schedule` rate events)."""
     out = {key: [(None, rate)] for key, rate in configured.items()}

@@ -16,7 +16,8 @@ run's logs carry the bytes TCP really moved. Each iteration record gets:
 
 from __future__ import annotations
 
-from pcnlab.workloads.compression import ADAPTIVE, parse_config_method
+from pcnlab.workloads.codecs import ADAPTIVE
+from pcnlab.workloads.compression import parse_config_method
 from pcnlab.workloads.config import TrainConfig
 from pcnlab.workloads.gradsync import RingSync, ShardSync, WorkerSync
 from pcnlab.workloads.netsense import NetSensePolicy, Observation, rank_sizes
@@ -31,8 +32,7 @@ class RankCompression:
         self.ladder = parse_config_method(cfg.compression, cfg.compression_ratio)
         self.shard_sizes = list(shard_sizes)
         self.level = 0
-        peers = [p for p in cfg.peers.split(",") if p]
-        self.sockets = GlooSockets(peers, cfg.master_port)
+        self.sockets = GlooSockets(None, cfg.master_port)   # every TCP connection of this rank but the store's
         self.before = self.sockets.snapshot()
         self.policy = None
         if cfg.compression == ADAPTIVE and cfg.role() == "worker":

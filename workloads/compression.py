@@ -36,25 +36,10 @@ import numpy as np
 import torch
 
 from pcnlab.errors import UsageError
+from pcnlab.workloads.codecs import ADAPTIVE, METHODS, SPARSE
 
-METHODS = ("none", "topk", "randk", "int8", "sign")
-ADAPTIVE = "adaptive"
-CHOICES = METHODS + (ADAPTIVE,)
-SPARSE = ("topk", "randk")
 CHUNK = 1024                 # values per scale (int8, sign)
 HEADER_INTS = 2              # level, payload bytes
-COMPRESSIBLE_KINDS = ("ps", "ring")   # job kinds that have gradients to compress (not the generator)
-
-
-def check_compression(method: str, ratio: float | None, kind: str, where: str = "compression") -> None:
-    """A one-line UsageError unless `method` (with `ratio`) can compress a job of `kind`."""
-    if method not in CHOICES:
-        raise UsageError(f"{where}: unknown method {method!r}; choose one of {', '.join(CHOICES)}")
-    if method != "none" and kind not in COMPRESSIBLE_KINDS:
-        raise UsageError(f"{where}: {method} needs a PyTorch job (kind ps or ring) whose gradients it can "
-                         f"compress; a {kind} job has none; remove compression from it")
-    if ratio is not None and not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
-        raise UsageError(f"{where}: ratio must be in (0, 1] (the share of values topk/randk keep), got {ratio!r}")
 
 
 def _chunks(n: int) -> int:

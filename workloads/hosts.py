@@ -17,6 +17,7 @@ from pcnlab.errors import PcnLabError, UsageError
 
 ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 TCP_ECN = "net.ipv4.tcp_ecn"
+TCP_ECN_FALLBACK = "net.ipv4.tcp_ecn_fallback"
 TCP_CC = "net.ipv4.tcp_congestion_control"
 FIRST_PORT = 20000       # ports handed out in a Mininet network, counting up
 
@@ -106,6 +107,11 @@ class Hosts:
         for host, key, value in todo:
             self.sysctl(host, key, value)
             self.settings.setdefault((host, key), (value, owner))
+            if key == TCP_ECN and value == ecn_value(True):
+                # Linux drops ECN from a connection whose SYN had to be sent again (RFC 3168's fallback):
+                # behind a full queue that made one background flow in six non-ECT, silently, and the
+                # ecn and pcn runs it fell in met a drop-tail queue. A host asked for ECN keeps it.
+                self.sysctl(host, TCP_ECN_FALLBACK, "0")
 
     def sysctl(self, name: str, key: str, value: str) -> None:
         host = self.net.host(name)

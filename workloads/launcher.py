@@ -75,12 +75,15 @@ class Workloads:
 
             ensure_digits()  # once here, so the processes read the cached copy instead of importing sklearn
         port = hosts.port(spec.port)
+        # LTP: PS shard s receives datagrams on UDP ltp_port + s (consecutive ports, none another job has)
+        ltp_ports = [hosts.port() for _ in range(max(len(spec.servers), 1))] if spec.transport == "ltp" else [0]
         placements = spec.placements()
         peers = ",".join(hosts.ip(h) for _, _, h in placements)
         procs = []
         for label, rank, host in placements:
             base = f"{label}-{host}"
-            cfg = self._process_config(spec, label, rank, host, port, folder / f"{base}.jsonl", folder, peers)
+            cfg = self._process_config(spec, label, rank, host, port, folder / f"{base}.jsonl", folder, peers,
+                                       ltp_ports[0])
             procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), _python_module(spec.kind) + to_argv(cfg),
                                          folder / f"{base}.jsonl", folder / f"{base}.out"))
         handle = JobHandle(spec, folder, procs)
@@ -94,13 +97,16 @@ class Workloads:
             raise
         (folder / "job.json").write_text(json.dumps({
             "spec": asdict(spec), "port": port, "loopback": hosts.loopback,
+            **({"ltp_port": ltp_ports[0]} if spec.transport == "ltp" else {}),
             "processes": [{"label": p.label, "rank": p.rank, "host": p.host, "ip": p.ip, "pid": p.pid,
                            "log": p.log.name, "argv": p.argv} for p in procs]}, indent=1))
         return handle
 
     def _process_config(self, spec: JobSpec, label: str, rank: int, host: str, port: int, log: Path,
-                        folder: Path, peers: str):
+                        folder: Path, peers: str, ltp_port: int = 0):
         ip = self.hosts.ip
+        ltp = {"transport": spec.transport, "ltp_port": ltp_port, "ltp_deadline_ms": spec.ltp_deadline_ms,
+               "ltp_theta_min": spec.ltp_theta_min}
         if spec.kind == "burst":
             return BurstConfig(
                 role="ps" if label == "ps" else "worker", pattern=spec.pattern, rank=max(rank, 0),
@@ -109,7 +115,7 @@ class Workloads:
                 reply_bytes=-1 if spec.reply_bytes is None else spec.reply_bytes, iterations=spec.iterations,
                 period_ms=spec.period_ms, jitter_ms=spec.jitter_ms, compute_ms=spec.compute_ms, cc=spec.cc or "",
                 pcn_start=spec.pcn_start, pcn_lead_us=spec.pcn_lead_us, seed=spec.seed, timeout_s=spec.timeout_s,
-                log=str(log), job=spec.name, host=host)
+                log=str(log), job=spec.name, host=host, **ltp)
         servers = spec.servers if spec.kind == "ps" else ()
         master = servers[0] if servers else spec.workers[0]
         return TrainConfig(
@@ -119,7 +125,8 @@ class Workloads:
             momentum=spec.momentum, compute_ms=spec.compute_ms, bucket_mb=spec.bucket_mb, seed=spec.seed,
             timeout_s=spec.timeout_s, log=str(log), dump_dir=str(folder / "tensors") if spec.dump_tensors else "",
             eval_every=spec.eval_every, addr=ip(host), peers=peers, pcn_start=spec.pcn_start,
-            pcn_lead_us=spec.pcn_lead_us, job=spec.name, host=host)
+            pcn_lead_us=spec.pcn_lead_us, compression=spec.compression, compression_ratio=spec.compression_ratio,
+            job=spec.name, host=host, **ltp)
 
     def start_flows(self, flows: Sequence[FlowSpec], name: str = "background") -> FlowsHandle:
         """Start background flows (receivers, then senders); they run for duration_s or until stop()."""

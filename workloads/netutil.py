@@ -40,6 +40,19 @@ def allowed_cc() -> list[str]:
         return []
 
 
+def kernel_has_cc(cc: str) -> bool:
+    """Whether this kernel has congestion control `cc` at all (loaded, or loadable as a module), whether
+    or not this process may use it: the experiment file's check, which runs before any root privilege."""
+    if cc in available_cc():
+        return True
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, cc.encode())
+        except OSError as exc:
+            return exc.errno == errno.EPERM   # there, but not allowed to this user
+    return True
+
+
 def _cc_error(cc: str, exc: OSError) -> UsageError:
     if exc.errno == errno.EPERM:
         return UsageError(f"TCP congestion control {cc!r} is only for root here (unprivileged processes may use "

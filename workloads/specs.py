@@ -12,7 +12,8 @@ from typing import Sequence
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
-from pcnlab.workloads.config import BURST_PATTERNS
+from pcnlab.workloads.codecs import DEFAULT_RATIO, check_compression
+from pcnlab.workloads.config import BURST_PATTERNS, TRANSPORTS
 
 JOB_KINDS = ("ps", "ring", "burst")
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")   # job and flow names: they become file names
@@ -51,10 +52,16 @@ class JobSpec:
     jitter_ms: float = 0.0
     pcn_start: bool = False          # every job kind: announce each burst (PCN-START) one lead ahead
     pcn_lead_us: float = 0.0         # 0: one smoothed RTT
+    # PyTorch jobs: gradient compression (codecs.py; adaptive: netsense.py)
+    compression: str = "none"
+    compression_ratio: float = DEFAULT_RATIO   # topk, randk: the share of values kept
     # transport
     cc: str | None = None            # burst: per socket; torch jobs: the hosts' default (sysctl)
     ecn: bool | None = None          # per host (network namespace); None: leave the host as it is
     port: int = 0                    # 0: chosen by the launcher
+    transport: str = "tcp"           # ps jobs, ps-pattern generators: gradients (bursts) over tcp or ltp
+    ltp_deadline_ms: float = 500.0   # ltp: the PS closes an iteration this long after its first datagram
+    ltp_theta_min: float = 0.8       # ltp: the lowest loss-tolerant threshold (workloads/ltp/earlyclose.py)
     seed: int = 0
     timeout_s: float = 120.0         # the processes' own rendezvous / connect timeout
 
@@ -83,8 +90,16 @@ class JobSpec:
             raise UsageError(f"job {self.name!r}: a generator ring needs distinct worker hosts")
         if self.kind != "burst":
             check_model(self.model, self.profile_scale)
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"job {self.name!r}: unknown transport {self.transport!r}; choose one of "
+                             f"{', '.join(TRANSPORTS)}")
+        if self.transport == "ltp" and self.comm_pattern != "ps":
+            raise UsageError(f"job {self.name!r}: ltp carries a parameter server's gradients; a ring has no PS")
+        if self.ltp_deadline_ms <= 0 or not 0 <= self.ltp_theta_min <= 1:
+            raise UsageError(f"job {self.name!r}: ltp_deadline_ms must be positive and ltp_theta_min in [0, 1]")
         if self.eval_every < 0:
             raise UsageError(f"job {self.name!r}: eval_every must be 0 (only at the end) or more")
+        check_compression(self.compression, self.compression_ratio, self.kind, f"job {self.name!r}: compression")
 
     @property
     def comm_pattern(self) -> str:

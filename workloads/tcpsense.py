@@ -84,10 +84,12 @@ def sense(before: list[dict | None], after: list[dict | None]) -> dict:
 
 class GlooSockets:
     """This process's TCP connections to the job's other ranks (gloo's), found once the process group
-    is up. `skip_port`: the rendezvous store's port (its connections carry no gradients)."""
+    is up: to `peers` (addresses; None: to any address -- a rank's process holds no other TCP
+    connections, and on loopback gloo connects over 127.0.0.1 whatever the ranks' addresses).
+    `skip_port`: the rendezvous store's port (its connections carry no gradients)."""
 
-    def __init__(self, peers: list[str], skip_port: int):
-        self.peers = set(peers)
+    def __init__(self, peers: list[str] | None, skip_port: int):
+        self.peers = set(peers) if peers is not None else None
         self.skip_port = skip_port
         self.sockets: list[socket.socket] = []
         self.refresh()
@@ -111,7 +113,7 @@ class GlooSockets:
                 continue
             try:
                 keep = (s.family == socket.AF_INET and s.type == socket.SOCK_STREAM
-                        and s.getpeername()[0] in self.peers
+                        and (self.peers is None or s.getpeername()[0] in self.peers)
                         and self.skip_port not in (s.getpeername()[1], s.getsockname()[1]))
             except OSError:
                 keep = False   # a listening socket, or not connected

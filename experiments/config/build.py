@@ -10,6 +10,7 @@ from typing import Any
 
 from pcnlab.controller.dataplane import k_pre_fits
 from pcnlab.errors import UsageError
+from pcnlab.experiments.config.changes import schedule
 from pcnlab.experiments.config.convert import convert, error, first_where, mapping, suggest, value_of
 from pcnlab.experiments.config.jobs import flows, jobs
 from pcnlab.experiments.config.runs import (FidelityConfig, ModeConfig, SwitchConfig, TelemetryConfig,
@@ -88,6 +89,7 @@ def build(tree: Raw, ctx: Context) -> dict:
            "background": flows(top.get("background"), topology, switch), "fidelity": fidelity}
     for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference"):
         out[key_name] = value_of(section_keys("")[key_name], top, "")
+    out["schedule"] = schedule(top.get("schedule"), topology, switch, out["background"], out["duration_s"])
     return out
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pcnlab.controller.dataplane import MAX_JOB_ID
 from pcnlab.experiments.config.convert import convert, error, first_where, fmt, mapping, suggest, value_of
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
-from pcnlab.experiments.config.schema import JOB_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
+from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
 from pcnlab.experiments.yamlpos import Raw
+from pcnlab.workloads.netutil import available_cc, kernel_has_cc
 
 
 def topology_summary(topology: TopologyConfig) -> str:
@@ -90,9 +91,12 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
         pattern = file_pattern if kind == "generator" else kind
         ps, workers = _placement(item, present, path, kind, pattern, lenient, topology)
 
+        _transport(values, present, path, item, kind, pattern)
         if values["cc"] == "dctcp" and not values["ecn"]:
             raise error(first_where(present.get("ecn"), present.get("cc"), fallback=item.where), f"{path}.ecn",
                         "dctcp needs ECN; set ecn: true or choose reno, cubic or bbr")
+        _check_kernel_cc(values["cc"], first_where(present.get("cc"), present.get("transport"), fallback=item.where),
+                         f"{path}.{'cc' if 'cc' in present else 'transport'}", ltp=kind in LTP_KINDS)
         if kind == "generator" and values["period_ms"] > 0 and values["jitter_ms"] >= values["period_ms"]:
             raise error(first_where(present.get("jitter_ms"), fallback=item.where), f"{path}.jitter_ms",
                         f"{values['jitter_ms']:g} ms is not below period_ms ({values['period_ms']:g} ms); "
@@ -103,6 +107,39 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
             values["pcn_start"] = mode.kind == "pcn-host"
         out.append(JobConfig(id=index + 1, name=name, kind=kind, pattern=pattern, ps=ps, workers=workers, **values))
     return tuple(out)
+
+
+def _transport(values: dict, present: dict[str, Raw], path: str, item: Raw, kind: str, pattern: str) -> None:
+    """Resolve the job's transport in `values`: tcp-<cc> becomes tcp with that cc; ltp only where there
+    is a PS and the gradients travel as they are."""
+    if kind not in LTP_KINDS:          # a ring (its kind swept or --set): the key serves the other runs
+        values["transport"] = "tcp"
+        return
+    where = first_where(present.get("transport"), fallback=item.where)
+    transport = values["transport"]
+    if transport.startswith("tcp-"):
+        cc = transport[len("tcp-"):]
+        chosen_here = where.via != "sweep" and where.line is not None   # not a sweep's or --set's value
+        if "cc" in present and values["cc"] != cc and chosen_here:
+            raise error(present["cc"].where, f"{path}.cc", f"cc {values['cc']} disagrees with transport "
+                                                           f"{transport} (which means cc {cc}); remove cc or "
+                                                           "make them agree")
+        values["cc"], values["transport"] = cc, "tcp"
+    if values["transport"] == "ltp":
+        if pattern != "ps":
+            raise error(where, f"{path}.transport", "ltp carries a parameter server's gradients and a ring "
+                                                    "pattern has no PS; use transport: tcp")
+        if values.get("compression", "none") != "none":
+            raise error(first_where(present.get("compression"), fallback=where), f"{path}.compression",
+                        "ltp sends the gradients' own float32 values; use compression: none with ltp, or a "
+                        "tcp transport with compression")
+
+
+def _check_kernel_cc(cc: str, where, path: str, ltp: bool = False) -> None:
+    if not kernel_has_cc(cc):
+        others = ", ".join(available_cc()) or "none"
+        raise error(where, path, f"congestion control {cc} is not in this machine's kernel (it has {others}); "
+                                 f"choose one of those{' or transport: ltp' if ltp else ''}")
 
 
 def _placement(item: Raw, present: dict[str, Raw], path: str, kind: str, pattern: str, lenient: bool,
@@ -188,6 +225,7 @@ def flows(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig) -> tu
         if cc == "dctcp" and not ecn:
             raise error(first_where(present.get("ecn"), fallback=item.where), f"{path}.ecn",
                         "dctcp needs ECN; set ecn: true or choose reno, cubic or bbr")
+        _check_kernel_cc(cc, first_where(present.get("cc"), fallback=item.where), f"{path}.cc")
         if rate is not None and rate > limit:
             raise error(present["rate"].where, f"{path}.rate", f"{rate:g} Mbit/s is more than {why}; "
                                                                f"use at most {limit:g} Mbit/s")

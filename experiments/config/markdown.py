@@ -144,10 +144,17 @@ def reference_markdown() -> str:
                      "other kinds only are refused, unless the kind is swept or set with --set (then they "
                      "serve the runs they apply to). `workers: 4` takes the first 4 hosts of `pool`. A host "
                      "cannot be both a job's PS and its worker. In pcn-host runs only generator jobs announce "
-                     "bursts; PyTorch jobs do not. `dctcp` is accepted here; the run checks that the kernel "
-                     "has it and stops with a one-line error otherwise."),
+                     "bursts; PyTorch jobs do not. A congestion control this machine's kernel lacks (`dctcp` "
+                     "where it is not built in) is refused when the file is read. `transport: tcp-bbr` is "
+                     "`transport: tcp` with `cc: bbr`, so one swept key runs ltp against each TCP variant."),
             ("background", "`background:` is a list of long-lived TCP flows; `src: background` with `dst: ps` "
                            "makes one flow from every background host to the PS."),
+            ("schedule", "`schedule:` is a list of changes while the run is up, each at `at_s` seconds after the "
+                         "jobs start: `{at_s: 20, link: s1-h1, bw: 2}` sets s1's queue towards h1 to 2 Mbit/s "
+                         "(BMv2's queue rate, changed live through the controller; needs `switch: bmv2`), "
+                         "`{at_s: 10, start: bulk}` / `{at_s: 30, stop: bulk}` start and stop a background flow "
+                         "(a flow named in a start waits for it; each flow starts and stops at most once). Each "
+                         "change applied is a `schedule` event in events.jsonl."),
             ("fidelity", "Each run is checked against these after it ends (`fidelity.json`, see the README's "
                          "Fidelity section); a run that fails one is marked untrusted, with the reason. They can "
                          "be set with --set but not swept.")):

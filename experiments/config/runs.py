@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pcnlab.experiments.config.schema import FILE_JOB_KIND, TOPOLOGY_PARAMS, default, section_keys
+from pcnlab.experiments.schedule import Change
 from pcnlab.topologies.routing import rate_pps
 from pcnlab.topologies.topos import make_topology
 from pcnlab.workloads.catalog import process_model
@@ -114,6 +115,11 @@ class JobConfig:
     burst_min_payload: int = default("jobs", "burst_min_payload")
     cc: str = default("jobs", "cc")
     ecn: bool = default("jobs", "ecn")
+    compression: str = default("jobs", "compression")
+    compression_ratio: float = default("jobs", "compression_ratio")
+    transport: str = default("jobs", "transport")      # resolved: tcp | ltp (tcp-<cc> sets cc)
+    ltp_deadline_ms: float = default("jobs", "ltp_deadline_ms")
+    ltp_theta_min: float = default("jobs", "ltp_theta_min")
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -125,12 +131,15 @@ class JobConfig:
                "workers": self.workers, "servers": self.ps, "iterations": self.iterations,
                "compute_ms": self.compute_ms, "cc": self.cc, "ecn": self.ecn, "seed": seed,
                "pcn_start": self.pcn_start, "pcn_lead_us": self.pcn_start_lead_us}
+        if self.transport == "ltp":
+            out.update(transport="ltp", ltp_deadline_ms=self.ltp_deadline_ms, ltp_theta_min=self.ltp_theta_min)
         if self.kind == "generator":
             out.update(pattern=self.pattern, burst_bytes=self.burst_bytes, reply_bytes=self.reply_bytes,
                        period_ms=self.period_ms, jitter_ms=self.jitter_ms)
         else:
             out.update(model=process_model(self.model), profile_scale=self.scale, batch=self.batch, lr=self.lr,
-                       eval_every=self.eval_every)
+                       eval_every=self.eval_every, compression=self.compression,
+                       compression_ratio=self.compression_ratio)
             if self.kind == "ring":
                 out.update(bucket_mb=self.bucket_mb)
         return out
@@ -189,6 +198,7 @@ class RunConfig:
     overrides: tuple[str, ...] = ()        # the --set items applied
     fidelity: FidelityConfig = field(default_factory=FidelityConfig)
     reference: str | None = None           # experiments/reference.py: figures the report shows beside ours
+    schedule: tuple[Change, ...] = ()      # changes during the run (experiments/schedule.py)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (YAML/JSON), for the run folder."""
@@ -204,7 +214,7 @@ class RunConfig:
             "jobs": [job.to_dict() for job in self.jobs],
             "background": [asdict(flow) for flow in self.background],
             "duration_s": self.duration_s, "warmup_s": self.warmup_s, "fidelity": asdict(self.fidelity),
-            "reference": self.reference,
+            "reference": self.reference, "schedule": [c.to_dict() for c in self.schedule],
         }
 
     @classmethod
@@ -231,7 +241,8 @@ class RunConfig:
             jobs=tuple(jobs), background=tuple(BackgroundFlowConfig(**f) for f in data["background"]),
             duration_s=data["duration_s"], warmup_s=data["warmup_s"], description=data.get("description", ""),
             source=data.get("source", ""), overrides=tuple(data.get("overrides", ())),
-            fidelity=FidelityConfig(**data.get("fidelity", {})), reference=data.get("reference"))
+            fidelity=FidelityConfig(**data.get("fidelity", {})), reference=data.get("reference"),
+            schedule=tuple(Change.from_dict(c) for c in data.get("schedule", ())))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from pcnlab.experiments.reference import REFERENCES
 from pcnlab.topologies.network import SWITCH_KINDS
 from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
-from pcnlab.workloads.config import BURST_PATTERNS, TRAIN_KINDS
+from pcnlab.workloads.codecs import CHOICES as COMPRESSIONS
+from pcnlab.workloads.codecs import DEFAULT_RATIO
+from pcnlab.workloads.config import BURST_PATTERNS, TRAIN_KINDS, TRANSPORTS
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
 
 if TYPE_CHECKING:
@@ -65,6 +67,10 @@ def link_limit(switch: SwitchConfig) -> tuple[float, str]:
 FILE_JOB_KIND = {"burst": "generator"}
 JOB_KINDS = tuple(FILE_JOB_KIND.get(kind, kind) for kind in LAUNCHER_JOB_KINDS)
 CCS = ("reno", "cubic", "bbr", "dctcp")
+# A job's transport: workloads.config.TRANSPORTS (tcp, ltp), or tcp-<cc>, TCP with that congestion control
+# (it sets the job's cc), so one swept key can run LTP against each TCP variant.
+TRANSPORT_CHOICES = TRANSPORTS + tuple(f"tcp-{cc}" for cc in CCS)
+LTP_KINDS = ("ps", "generator")
 
 # --- the schema ----------------------------------------------------------------------------------
 
@@ -162,6 +168,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "overrides it", nullable=True, default_doc="none"),
         Key("reference", "choice", None, "published figures `pcnlab report` shows beside ours, in their own "
             "column (experiments/reference.py)", choices=tuple(REFERENCES), nullable=True, default_doc="none"),
+        Key("schedule", "list", [], "changes during a run, each a mapping (below): a link's rate, background "
+            "flows starting and stopping", default_doc="[] (none)"),
         Key("sweep", "sweep", {}, "dotted key -> list of values; the cartesian product becomes runs, named "
             "from their values (`mode=pcn,workers=2`)"),
     ),
@@ -242,6 +250,12 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("eval_every", "int", 10, "real models: test accuracy on held-out data every this many iterations "
             "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0, max=1_000_000,
             applies=TRAIN_KINDS),
+        Key("compression", "choice", "none", "gradient compression with error feedback: topk, randk (keep "
+            "compression_ratio of the values, sent as index + value), int8 (8 bits per value), sign (1 bit); "
+            "adaptive: each worker picks one per iteration from what it senses of the network "
+            "(workloads/netsense.py)", choices=COMPRESSIONS, applies=TRAIN_KINDS, what="compression method"),
+        Key("compression_ratio", "number", DEFAULT_RATIO, "topk, randk: the share of each gradient's values sent",
+            above=0, max=1, applies=TRAIN_KINDS),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, max=1024, applies=("ring",)),
         Key("burst_bytes", "int", 250_000, "B: what each worker sends per iteration", unit="bytes", min=1,
@@ -261,9 +275,20 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),
         Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
             "never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
-        Key("cc", "choice", "cubic", "TCP congestion control; dctcp needs a kernel with it (checked when the "
-            "run starts) and ecn: true", choices=CCS, what="congestion control"),
+        Key("cc", "choice", "cubic", "TCP congestion control; one this kernel lacks is refused (dctcp is not "
+            "built into every kernel); dctcp needs ecn: true", choices=CCS, what="congestion control"),
         Key("ecn", "bool", True, "ECN on the job's hosts (ECT packets)"),
+        Key("transport", "choice", "tcp", "how the workers' gradients (generator: bursts) reach the PS: tcp "
+            "(TCP with `cc`); tcp-cubic, tcp-reno, tcp-bbr, tcp-dctcp (TCP with that congestion control: sets "
+            "cc); ltp (LTP datagrams: loss-tolerant, Early Close and Bubble Filling, workloads/ltp/). The "
+            "parameters (generator: answers) always return over TCP", choices=TRANSPORT_CHOICES,
+            applies=LTP_KINDS, what="transport"),
+        Key("ltp_deadline_ms", "number", 500.0, "ltp: the hard deadline: the PS closes an iteration this long "
+            "after its first datagram arrived, whatever is missing (filled in)", unit="ms", above=0,
+            max=MAX_DURATION_S * 1000, applies=LTP_KINDS),
+        Key("ltp_theta_min", "number", 0.8, "ltp: the lowest loss-tolerant threshold: before the deadline the PS "
+            "closes an iteration only once every worker delivered at least this share (the threshold adapts "
+            "to the measured loss between this and 1)", min=0, max=1, applies=LTP_KINDS),
     ),
     "background": (
         Key("name", "name", REQUIRED, "the flow's name; with several src/dst pairs, name-1, name-2, ...",
@@ -276,9 +301,22 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("rate", "number", None, "cap on the sender's rate (null: as fast as TCP goes)", unit="Mbit/s",
             above=0, nullable=True),
     ),
+    "schedule": (
+        Key("at_s", "number", REQUIRED, "when, in seconds after the jobs start (before duration_s)", unit="s", min=0,
+            max=MAX_DURATION_S),
+        Key("link", "text", None, "the port whose rate changes: `<switch>-<peer>`, the switch's egress port "
+            "towards that host or switch (e.g. s1-h1); needs bw and BMv2 switches", nullable=True,
+            default_doc="none"),
+        Key("bw", "number", None, "the port's rate from then on (the switch's queue rate, changed live)",
+            unit="Mbit/s", min=MIN_LINK_MBPS, nullable=True, default_doc="none"),
+        Key("start", "name", None, "a background flow (its name; a name that became name-1, name-2, ... starts "
+            "them all) that starts now instead of with the others", nullable=True, default_doc="none"),
+        Key("stop", "name", None, "a background flow (as for start) that stops now", nullable=True,
+            default_doc="none"),
+    ),
 }
 SHORTHAND = {"topology": "kind", "switch": "kind", "mode": "kind", "telemetry": "every"}
-LIST_SECTIONS = ("jobs", "background")
+LIST_SECTIONS = ("jobs", "background", "schedule")
 NOT_SWEPT = ("name", "description", "repetitions", "sweep", "fidelity", "reference", "baseline")
 
 

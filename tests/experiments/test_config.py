@@ -388,11 +388,11 @@ def test_yaml_reference_is_up_to_date():
 
 
 def test_reference_lists_every_key():
-    from pcnlab.experiments.config.schema import SECTIONS
+    from pcnlab.experiments.config.schema import LIST_SECTIONS, SECTIONS
     text = reference_markdown()
     for section, keys in SECTIONS.items():
         for key in keys:
-            prefix = "" if not section else (f"{section}.N." if section in ("jobs", "background") else f"{section}.")
+            prefix = "" if not section else (f"{section}.N." if section in LIST_SECTIONS else f"{section}.")
             assert f"| `{prefix}{key.name}` |" in text, (section, key.name)
     for params in TOPOLOGY_PARAMS.values():
         for key in params:

@@ -278,3 +278,25 @@ def test_run_warns_once_when_a_link_rate_exceeds_the_calibration(tmp_path):
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "topology.bw 100 Mbit/s needs 8256 packets/s, more than the 6000" in warnings[0]
+
+
+def test_a_background_flow_that_lost_its_ecn_is_a_reason(tmp_path):
+    """A sender asked for ECN whose connection went without it (its SYN was resent, and Linux then drops
+    ECN unless told not to): its packets are non-ECT, and the run is not the experiment asked for."""
+    from pcnlab.jsonlines import JsonLines
+
+    path = _run_folder(tmp_path / "run", {"min_rate_pct": 75, "max_bmv2_cpu_pct": 99, "max_telemetry_loss_pct": 5,
+                                          "max_controller_lag_ms": 100})
+    config = yaml.safe_load((path / "config.yaml").read_text())
+    config["background"] = [{"name": "h4-h1", "ecn": True}, {"name": "h5-h1", "ecn": True},
+                            {"name": "h6-h1", "ecn": False}]
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    (path / "flows").mkdir()
+    for flow, ecn in (("h4-h1", True), ("h5-h1", False), ("h6-h1", False)):
+        log = JsonLines(path / "flows" / f"{flow}.sender.jsonl")
+        log.write("connected", cc="cubic", ecn=ecn)
+        log.close()
+    out = check_run(path, calibration={}, write=False)
+    assert out["checks"]["ecn"] == {"asked": ["h4-h1", "h5-h1"], "without": ["h5-h1"]}
+    assert out["reasons"] == ["background flow h5-h1 asked for ECN but connected without it: non-ECT traffic "
+                              "no mode marks"]

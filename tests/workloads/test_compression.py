@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads.compression import CHUNK, Codec, ErrorFeedback, check_compression
+from pcnlab.workloads.codecs import check_compression
+from pcnlab.workloads.compression import CHUNK, Codec, ErrorFeedback
 from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.netsense import LADDER
 

@@ -100,6 +100,9 @@ def test_background_flows_alone_reach_the_link_rate(run_folder, switch):
     with network(run_folder, switch, "star", hosts=4, bw=rate) as net:
         with Workloads(run_folder.path, net=net, ledger=run_folder.ledger).start_flows(specs) as flows:
             flows.wait(timeout=30)
+        # A host asked for ECN keeps it even when its SYN has to be sent again (no RFC 3168 fallback).
+        assert net.host("h3").cmd("cat /proc/sys/net/ipv4/tcp_ecn_fallback").strip() == "0"
+        assert net.host("h2").cmd("cat /proc/sys/net/ipv4/tcp_ecn_fallback").strip() == "1"
     for name, cc, ecn in (("h2-h1", "bbr", False), ("h3-h4", "reno", True)):
         intervals = flows.throughput()[name]
         assert sum(i["end_ns"] - i["start_ns"] for i in intervals) > 3.5e9

@@ -83,6 +83,7 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
     """One worker: compute, send each shard its part over LTP, receive the parameters over gloo."""
     from pcnlab.workloads.models import compute_gradients
 
+    dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
     per_shard = [[params[i] for i in owned] for owned in shards]
     received = [torch.zeros(sum(p.numel() for p in ps)) for ps in per_shard]
     addresses = peers(cfg)

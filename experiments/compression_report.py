@@ -1,0 +1,313 @@
+"""Figures of compressed and adaptive training, from run folders only (through pcnlab.results):
+
+    python -m pcnlab.experiments.compression_report netsense results/netsense [--target 0.9]
+    python -m pcnlab.experiments.compression_report scaling results/compression-scaling
+
+netsense: per sweep point (mean over its trusted repetitions): the time from the job's start to the
+first held-out accuracy at or above the target, worker iterations per second (overall and per phase of
+the run's schedule), the final accuracy, the bytes a worker moved per iteration -- as handed to gloo
+(its log), as TCP carried them (TCP_INFO of gloo's connections, its log) -- and the DDL bytes the
+switch sent per iteration (its counters: every frame, headers and ACKs included), and which codecs
+the workers used. Written as netsense.md and netsense.json into the sweep folder.
+
+scaling: per (link rate, compression, workers): the mean iteration time, the scaling factor T_1 / T_N
+(T_1: the 1-worker run of the same link rate and compression), the payload reduction measured from
+the logs (bytes per iteration of none over this compression's), and per (link rate, workers) the
+measured point where compression stops mattering: the least reduction whose scaling factor is within
+KNEE_TOLERANCE of the best any compression reached there. Written as compression-scaling.md/.json and
+compression-scaling.png (scaling factor against reduction, one line per worker count, a panel per
+link rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pcnlab.errors import UsageError
+from pcnlab.experiments.metrics import json_safe
+from pcnlab.results import RunData, run_folders
+
+KNEE_TOLERANCE = 0.05
+
+
+# --- one run ---------------------------------------------------------------------------------------
+
+def _workers(run: RunData) -> pd.DataFrame:
+    table = run.iterations
+    return table[table["role"] == "worker"] if not table.empty else table
+
+
+def job_start_ns(run: RunData) -> float | None:
+    """When the job started computing: its workers' earliest iteration-0 compute start."""
+    w = _workers(run)
+    first = w[w["iter"] == 0] if not w.empty else w
+    return float(first["compute_start_ns"].min()) if not first.empty else None
+
+
+def accuracy_curve(run: RunData) -> pd.DataFrame:
+    """(iter, t_s, accuracy) of every held-out evaluation, t_s from the job's start."""
+    table, start = run.iterations, job_start_ns(run)
+    if table.empty or "accuracy" not in table or start is None:
+        return pd.DataFrame(columns=["iter", "t_s", "accuracy"])
+    evals = table[table["accuracy"].notna()].sort_values("host_ns")
+    return pd.DataFrame({"iter": evals["iter"].to_numpy(), "t_s": (evals["host_ns"].to_numpy() - start) / 1e9,
+                         "accuracy": evals["accuracy"].to_numpy()})
+
+
+def time_to_accuracy(curve: pd.DataFrame, target: float) -> tuple[float | None, int | None]:
+    """(seconds, iteration) of the first evaluation at or above `target`; (None, None) if none."""
+    hit = curve[curve["accuracy"] >= target]
+    return (float(hit["t_s"].iloc[0]), int(hit["iter"].iloc[0])) if not hit.empty else (None, None)
+
+
+def phases(run: RunData) -> list[tuple[str, float, float]]:
+    """The run cut at its scheduled rate changes: (label, from_ns, to_ns) on the host clock."""
+    start = job_start_ns(run)
+    w = _workers(run)
+    if start is None:
+        return []
+    end = float(w["comm_end_ns"].max())
+    events = run.events
+    cuts = []
+    if not events.empty and "action" in events:
+        rates = events[(events["type"] == "schedule") & (events["action"] == "rate")].sort_values("host_ns")
+        cuts = [(float(r.host_ns), f"{r.mbps:g} Mbit/s") for r in rates.itertuples()]
+    first_rate = (run.config.get("topology") or {}).get("bw")
+    bounds = [(start, f"{first_rate:g} Mbit/s" if first_rate else "start")] + [c for c in cuts if start < c[0] < end]
+    return [(label, t, bounds[i + 1][0] if i + 1 < len(bounds) else end) for i, (t, label) in enumerate(bounds)]
+
+
+def iterations_per_s(run: RunData, since_ns: float, until_ns: float) -> float | None:
+    """Worker iterations started in [since, until), per second, averaged over the workers."""
+    w = _workers(run)
+    if w.empty or until_ns <= since_ns:
+        return None
+    inside = w[(w["compute_start_ns"] >= since_ns) & (w["compute_start_ns"] < until_ns)]
+    per_worker = inside.groupby("host").size()
+    return float(per_worker.mean() / ((until_ns - since_ns) / 1e9)) if len(per_worker) else 0.0
+
+
+def switch_ddl_bytes(run: RunData) -> float | None:
+    """DDL bytes every switch sent on its traffic ports (counters.json; the monitor ports left out)."""
+    path = run.path / "counters.json"
+    if not path.exists():
+        return None
+    monitors = {(ep["name"], int(p)) for ep in run._json("endpoints.json", []) for p, peer in ep["ports"].items()
+                if str(peer).startswith("m")}
+    total = 0
+    for switch, rows in json.loads(path.read_text()).items():
+        if not isinstance(rows, list):
+            return None
+        total += sum(r["bytes"] for r in rows if r["class"] == "ddl" and r["counter"] == "tx"
+                     and (switch, r["port"]) not in monitors)
+    return float(total)
+
+
+def run_figures(run: RunData, target: float | None = None) -> dict:
+    """Everything the tables need from one run."""
+    w = _workers(run)
+    out: dict = {"run": run.name, "point": run.point, "trusted": run.fidelity.get("trusted"),
+                 "status": run.status.get("status"), "sweep": run.config.get("sweep") or {}}
+    if w.empty:
+        return out
+    curve = accuracy_curve(run)
+    if target is not None:
+        out["time_to_target_s"], out["iteration_at_target"] = time_to_accuracy(curve, target)
+    out["accuracy_final"] = float(curve["accuracy"].iloc[-1]) if not curve.empty else None
+    start, end = job_start_ns(run), float(w["comm_end_ns"].max())
+    out["iterations_per_s"] = iterations_per_s(run, start, end)
+    out["phases"] = [{"phase": label, "seconds": (b - a) / 1e9, "iterations_per_s": iterations_per_s(run, a, b),
+                      "codecs": _codecs(w[(w["compute_start_ns"] >= a) & (w["compute_start_ns"] < b)])}
+                     for label, a, b in phases(run)]
+    out["iteration_ms"] = float(np.mean([np.diff(rows.sort_values("iter")["compute_start_ns"]).mean() / 1e6
+                                         for _, rows in w.groupby("host") if len(rows) > 1]))
+    out["payload_bytes"] = float((w["bytes_sent"] + w["bytes_recv"]).mean())
+    if "tcp" in w:
+        tcp = w["tcp"].dropna().map(lambda t: t.get("bytes_sent", 0) + t.get("bytes_received", 0) if t else None)
+        out["tcp_bytes"] = float(tcp.dropna().mean()) if len(tcp.dropna()) else None
+    iterations = int(w.groupby("host")["iter"].max().min() + 1)
+    ddl = switch_ddl_bytes(run)
+    out["switch_bytes"] = ddl / iterations if ddl is not None and iterations else None
+    out["codecs"] = _codecs(w)
+    return out
+
+
+def _codecs(rows: pd.DataFrame) -> dict:
+    """Share of worker iterations per codec."""
+    if rows.empty or "compression" not in rows:
+        return {"none": 1.0} if not rows.empty else {}
+    names = rows["compression"].map(lambda c: c.get("codec") if isinstance(c, dict) else "none")
+    return {str(k): float(v) for k, v in names.value_counts(normalize=True).items()}
+
+
+# --- experiments -----------------------------------------------------------------------------------
+
+def figures(path: Path, target: float | None = None, include_untrusted: bool = False) -> list[dict]:
+    rows = [run_figures(RunData(p), target) for p in run_folders(path)]
+    return [r for r in rows if r.get("status") == "finished" and (include_untrusted or r.get("trusted"))]
+
+
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def netsense_table(rows: list[dict]) -> list[dict]:
+    """One row per sweep point, means over its runs (a run that never reached the target counts as
+    missing: `reached` says how many did)."""
+    out = []
+    for point in dict.fromkeys(r["point"] for r in rows):
+        mine = [r for r in rows if r["point"] == point]
+        phase_names = [p["phase"] for p in mine[0].get("phases", [])]
+        out.append({
+            "point": point, "runs": len(mine), "reached": sum(r.get("time_to_target_s") is not None for r in mine),
+            "time_to_target_s": _mean(r.get("time_to_target_s") for r in mine),
+            "iterations_per_s": _mean(r.get("iterations_per_s") for r in mine),
+            "phases_iterations_per_s": [_mean(r["phases"][i]["iterations_per_s"] for r in mine
+                                              if len(r.get("phases", [])) > i) for i in range(len(phase_names))],
+            "phase_names": phase_names,
+            "accuracy_final": _mean(r.get("accuracy_final") for r in mine),
+            "payload_bytes": _mean(r.get("payload_bytes") for r in mine),
+            "tcp_bytes": _mean(r.get("tcp_bytes") for r in mine),
+            "switch_bytes": _mean(r.get("switch_bytes") for r in mine),
+            "codecs": mine[0].get("codecs", {})})
+    return out
+
+
+def netsense_markdown(table: list[dict], target: float) -> str:
+    phases_ = table[0]["phase_names"] if table else []
+    head = (["point", "time to " + f"{target:.0%}" + " (s)", "it/s"] + [f"it/s at {p}" for p in phases_]
+            + ["final accuracy", "bytes/it (gloo)", "bytes/it (TCP)", "switch bytes/it", "codecs used", "runs"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table:
+        f = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+        ttt = f(r["time_to_target_s"], "{:.1f}") + ("" if r["reached"] == r["runs"] else f" ({r['reached']}/{r['runs']} reached)")
+        codecs = ", ".join(f"{k} {v:.0%}" for k, v in sorted(r["codecs"].items(), key=lambda kv: -kv[1]))
+        lines.append("| " + " | ".join([r["point"], ttt, f(r["iterations_per_s"], "{:.2f}")]
+                                       + [f(v, "{:.2f}") for v in r["phases_iterations_per_s"]]
+                                       + [f(r["accuracy_final"], "{:.1%}"), f(r["payload_bytes"], "{:,.0f}"),
+                                          f(r["tcp_bytes"], "{:,.0f}"), f(r["switch_bytes"], "{:,.0f}"), codecs,
+                                          str(r["runs"])]) + " |")
+    return "\n".join(lines)
+
+
+def scaling_table(rows: list[dict], reference: list[dict] | None = None) -> pd.DataFrame:
+    """One row per (link rate, compression, workers) with T_N, T_1 / T_N and the measured reduction."""
+    frame = pd.DataFrame([{"rate_mbps": r["sweep"].get("topology.bw"), "compression": r["sweep"].get(
+        "jobs.0.compression", "none"), "workers": r["sweep"].get("jobs.0.workers"), "iteration_ms": r.get("iteration_ms"),
+        "payload_bytes": r.get("payload_bytes"), "switch_bytes": r.get("switch_bytes")} for r in rows])
+    if frame.empty:
+        return frame
+    frame = frame.groupby(["rate_mbps", "compression", "workers"], as_index=False).mean(numeric_only=True)
+    t1 = frame[frame["workers"] == 1].set_index(["rate_mbps", "compression"])["iteration_ms"]
+    frame["scaling"] = [t1.get((r.rate_mbps, r.compression), np.nan) / r.iteration_ms for r in frame.itertuples()]
+    none = frame[frame["compression"] == "none"].set_index(["rate_mbps", "workers"])["payload_bytes"]
+    frame["reduction"] = [none.get((r.rate_mbps, r.workers), np.nan) / r.payload_bytes for r in frame.itertuples()]
+    return frame.sort_values(["rate_mbps", "workers", "reduction"]).reset_index(drop=True)
+
+
+def knees(frame: pd.DataFrame) -> list[dict]:
+    """Per (link rate, workers > 1): the least reduction whose scaling factor is within KNEE_TOLERANCE
+    of the best reached there -- where more compression stops mattering."""
+    out = []
+    for (rate, workers), rows in frame[frame["workers"] > 1].groupby(["rate_mbps", "workers"]):
+        rows = rows.dropna(subset=["scaling", "reduction"]).sort_values("reduction")
+        if rows.empty:
+            continue
+        best = rows["scaling"].max()
+        enough = rows[rows["scaling"] >= (1 - KNEE_TOLERANCE) * best].iloc[0]
+        out.append({"rate_mbps": rate, "workers": int(workers), "best_scaling": float(best),
+                    "knee_compression": enough["compression"], "knee_reduction": float(enough["reduction"]),
+                    "scaling_without": float(rows[rows["compression"] == "none"]["scaling"].iloc[0])
+                    if (rows["compression"] == "none").any() else None})
+    return out
+
+
+def plot_scaling(frame: pd.DataFrame, knee_rows: list[dict], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = sorted(frame["rate_mbps"].dropna().unique())
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.8), sharey=True, squeeze=False)
+    for ax, rate in zip(axes[0], rates):
+        here = frame[(frame["rate_mbps"] == rate) & (frame["workers"] > 1)]
+        for workers, rows in here.groupby("workers"):
+            rows = rows.sort_values("reduction")
+            ax.plot(rows["reduction"], rows["scaling"], marker="o", label=f"{int(workers)} workers")
+            for r in rows.itertuples():
+                ax.annotate(r.compression, (r.reduction, r.scaling), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        for k in knee_rows:
+            if k["rate_mbps"] == rate:
+                ax.axvline(k["knee_reduction"], color="grey", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_xlabel("payload reduction (bytes of none / bytes, measured)")
+        ax.set_title(f"{rate:g} Mbit/s links")
+        ax.axhline(1.0, color="black", lw=0.5)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("scaling factor T1 / TN")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.suptitle("scaling factor against gradient compression (dashed: where more stops mattering)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    cell = lambda v: "-" if v is None or (isinstance(v, float) and np.isnan(v)) else (  # noqa: E731
+        f"{v:.3g}" if isinstance(v, float) else str(v))
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _sweep_dir(path: Path) -> Path:
+    folders = run_folders(path)
+    return folders[0].parent
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pcnlab.experiments.compression_report", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    ns = sub.add_parser("netsense")
+    ns.add_argument("path", type=Path)
+    ns.add_argument("--target", type=float, default=0.9)
+    ns.add_argument("--include-untrusted", action="store_true")
+    sc = sub.add_parser("scaling")
+    sc.add_argument("path", type=Path)
+    sc.add_argument("--include-untrusted", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        rows = figures(args.path, getattr(args, "target", None), args.include_untrusted)
+    except UsageError as exc:
+        raise SystemExit(f"compression_report: {exc}") from None
+    folder = _sweep_dir(args.path)
+    if args.what == "netsense":
+        table = netsense_table(rows)
+        text = netsense_markdown(table, args.target)
+        (folder / "netsense.md").write_text(text + "\n")
+        (folder / "netsense.json").write_text(json.dumps(json_safe({"target": args.target, "points": table,
+                                                                    "runs": rows}), indent=1))
+    else:
+        frame = scaling_table(rows)
+        knee_rows = knees(frame)
+        text = _markdown(frame) + "\n\nwhere compression stops mattering:\n\n" + _markdown(pd.DataFrame(knee_rows))
+        (folder / "compression-scaling.md").write_text(text + "\n")
+        (folder / "compression-scaling.json").write_text(json.dumps(json_safe(
+            {"table": frame.to_dict(orient="records"), "knees": knee_rows}), indent=1))
+        plot_scaling(frame, knee_rows, folder / "compression-scaling.png")
+    print(text)
+    print(f"written to {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""The gradient compression methods by name, and the check of a job's setting: what the experiment
+schema, the job specs and the workers share (compression.py has the codecs). Importing it does not
+import PyTorch.
+
+- none: the gradients as float32 (the workers' plain path);
+- topk, randk: keep `ratio` of the values (the largest magnitudes, or random ones), sent as index + value;
+- int8: 8-bit quantisation (a float32 scale per chunk); sign: 1 bit per value (a scale per chunk);
+- adaptive: each worker picks one of those per iteration from what it senses of the network (netsense.py).
+
+Every method but none uses error feedback: what one iteration leaves out is added to the next.
+"""
+
+from __future__ import annotations
+
+from pcnlab.errors import UsageError
+
+METHODS = ("none", "topk", "randk", "int8", "sign")
+ADAPTIVE = "adaptive"
+CHOICES = METHODS + (ADAPTIVE,)
+SPARSE = ("topk", "randk")
+DEFAULT_RATIO = 0.01
+COMPRESSIBLE_KINDS = ("ps", "ring")   # job kinds with gradients to compress (not the burst generator)
+
+
+def check_compression(method: str, ratio: float | None, kind: str, where: str = "compression") -> None:
+    """A one-line UsageError unless `method` (with `ratio`) can compress a job of `kind`."""
+    if method not in CHOICES:
+        raise UsageError(f"{where}: unknown method {method!r}; choose one of {', '.join(CHOICES)}")
+    if method != "none" and kind not in COMPRESSIBLE_KINDS:
+        raise UsageError(f"{where}: {method} needs a PyTorch job (kind ps or ring) whose gradients it can "
+                         f"compress; a {kind} job has none; remove compression from it")
+    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1):
+        raise UsageError(f"{where}: ratio must be in (0, 1] (the share of values topk/randk keep), got {ratio!r}")
