@@ -9,8 +9,8 @@ import random
 import pytest
 
 from burst_traces import T0, feed, lattice, p95, renewal, reports
-from pcnlab.controller.predictor import (BurstKey, BurstPredictor, BurstReport, PredictorBank, PredictorConfig,
-                                         fit_chain)
+from pcnlab.controller.chainfit import fit_chain
+from pcnlab.controller.predictor import BurstKey, BurstPredictor, BurstReport, PredictorBank, PredictorConfig
 
 P = 100_000  # 100 ms
 KEY = BurstKey("s1", 2, 1)
