@@ -104,6 +104,12 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)
         out["windows"] = int(len(windows))
+    if run.mode in ("pcn", "pcn-host"):
+        # What the switch itself did: the share of the run the bottleneck held K_pre for background, as
+        # its packets saw it (for pcn-host, the only measure of what its announcements cost).
+        at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
+        span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
+        out["k_pre_held_share"] = it.held_share(it.flagged_windows(run.queue, neck), span)
     return out
 
 

@@ -190,3 +190,28 @@ def prediction_errors(table: pd.DataFrame, events: pd.DataFrame, port: tuple[str
             if i >= 0:
                 out.append(float(first - p["next_start_us"].iloc[i]))
     return out
+
+
+def flagged_windows(queue: pd.DataFrame, port: tuple[str, int], join_us: int = 5_000) -> pd.DataFrame:
+    """When the switch itself held K_pre at `port`, from its telemetry: spans of background records
+    flagged in_window (pcn-host's announcements, or pcn's windows as the packets met them), records
+    closer than `join_us` joined. Columns as window_intervals' (armed_ns, removed_ns NaN)."""
+    cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns"]
+    at = queue[(queue["switch"] == port[0]) & (queue["port"] == port[1]) & (queue["class"] == "background")
+               & (queue["in_window"] == 1)]
+    if at.empty:
+        return pd.DataFrame(columns=cols)
+    t = np.sort(at["ingress_us"].to_numpy(dtype=np.int64))
+    breaks = np.flatnonzero(np.diff(t) > join_us)
+    starts, ends = np.r_[t[0], t[breaks + 1]], np.r_[t[breaks], t[-1]] + 1
+    return pd.DataFrame({"switch": port[0], "port": port[1], "job": 0, "start_us": starts, "end_us": ends,
+                         "armed_ns": np.nan, "removed_ns": np.nan}, columns=cols)
+
+
+def held_share(spans: pd.DataFrame, span_us: tuple[int, int]) -> float:
+    """The share of `span_us` the spans cover (they do not overlap)."""
+    if spans.empty or span_us[1] <= span_us[0]:
+        return 0.0
+    begin = np.maximum(spans["start_us"].to_numpy(), span_us[0])
+    end = np.minimum(spans["end_us"].to_numpy(), span_us[1])
+    return float(np.clip(end - begin, 0, None).sum()) / (span_us[1] - span_us[0])

@@ -97,7 +97,7 @@ def plot_queue(path: Path, log: pd.DataFrame, port: tuple[str, int], iterations=
     labels.append("DDL iteration: first data\npacket in to last out (top)")
     if ours:
         handles.append(Patch(facecolor="none", edgecolor=WINDOW_COLOUR, hatch="////"))
-        labels.append("pre-drain window armed\n(bottom lane, green shade)")
+        labels.append("pre-drain: K_pre held\n(bottom lane, green shade)")
     ax.set_ylim(-2 * lane if ours else -0.5 * lane, top + 2 * lane)
     if span_us is not None:
         ax.set_xlim(0, x(span_us[1]))
@@ -128,7 +128,9 @@ def plot_run_queue(run: RunData, port: tuple[str, int] | None = None, path: Path
         return None
     at_neck = (neck.get("switch"), neck.get("port")) == port
     iterations = run.iteration_table if at_neck else pd.DataFrame()
-    windows = it.window_intervals(run.events).to_dict("records")
+    # pcn: the windows the controller wrote; pcn-host: when the switch held K_pre for an announcement.
+    held = it.window_intervals(run.events) if run.mode != "pcn-host" else it.flagged_windows(run.queue, port)
+    windows = held.to_dict("records")
     path = path or run.path / f"queue-{port[0]}-p{port[1]}.png"
     return plot_queue(path, run.queue, port, iterations, windows, span_us=span_us,
                       title=title or f"{run.name}: {port[0]} port {port[1]} ({run.mode})",

@@ -41,6 +41,7 @@ HEADLINE = (  # (metrics.json key path, title, format)
     ("controller.iteration_coverage", "iteration coverage", "{:.0%}"),
     ("controller.iteration_coverage_after_learning", "coverage after 5 iterations", "{:.0%}"),
     ("controller.window_open_share", "window-open share", "{:.1%}"),
+    ("controller.k_pre_held_share", "K_pre held share", "{:.1%}"),
 )
 # Scaling factor ("Is Network the Bottleneck for Distributed Training?"): throughput with N workers over
 # N times one worker's, i.e. T_1 / T_N of iteration times; shown where a sweep has a 1-worker point.

@@ -162,8 +162,11 @@ class RunExecution:
         for sw in topo.switches():
             mon = f"m{sw[1:]}"
             out = self.folder.path / f"queue-{sw}.csv"
+            # Started in the run folder: run from a source checkout, `-m` would find the checkout's pcnlab/
+            # folder before the installed package.
             proc = net.host(mon).popen([sys.executable, "-m", "pcnlab.controller.collector", "--interface",
-                                        f"{mon}-eth0", "--switch", sw, "--out", str(out)], text=True)
+                                        f"{mon}-eth0", "--switch", sw, "--out", str(out)], text=True,
+                                       cwd=str(self.folder.path))
             self.folder.ledger.add_process(proc.pid, f"collector for {sw}")
             line = proc.stdout.readline()
             if "collector ready" not in line:

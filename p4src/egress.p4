@@ -50,8 +50,10 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         meta.use_windows = 1;
     }
 
-    /* The paper's: K_pre applies to background traffic while a job's announced burst is pending on the
-     * port, for at most hold_us after the last announcement. */
+    /* The paper's: K_pre applies to background traffic leaving the port while a job's announced burst
+     * is pending there, for at most hold_us after the last announcement. Judged when the packet leaves
+     * (egress time): a packet that queued before the announcement still carries the signal, and the
+     * burst's arrival ends it for every packet still queued. */
     action mode_pcn_host(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
                          qdepth_t k_pre, bit<32> hold_us) {
         telemetry_config(switch_id, telemetry_every, telemetry_session);
@@ -62,7 +64,7 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         announced_jobs.read(jobs, (bit<32>)std.egress_port);
         time_us_t last;
         last_announcement_us.read(last, (bit<32>)std.egress_port);
-        meta.window_open = (bit<1>)(jobs > 0 && std.ingress_global_timestamp - last < (time_us_t)hold_us);
+        meta.window_open = (bit<1>)(jobs > 0 && std.egress_global_timestamp - last < (time_us_t)hold_us);
     }
 
     table port_mode {
@@ -77,11 +79,13 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
     }
 
     /* Pre-drain windows [start, end) in this switch's clock, written ahead of time by the controller:
-     * the switch, not the P4Runtime write latency, decides when a window opens and closes. */
+     * the switch, not the P4Runtime write latency, decides when a window opens and closes. A packet is
+     * in a window when it leaves the queue inside it: the marks go out at once, not a queueing delay
+     * later (a standing queue of 40 packets at 20 Mbit/s holds a packet 24 ms). */
     table predrain_windows {
         key = {
-            std.egress_port:              exact @name("port");
-            std.ingress_global_timestamp: range @name("now_us");
+            std.egress_port:             exact @name("port");
+            std.egress_global_timestamp: range @name("now_us");
         }
         actions = { window_open; NoAction; }
         default_action = NoAction();

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def _cmd_controller(args) -> int:
     return 0
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _cmd_run(args) -> int:
     from pcnlab.experiments.config import load_experiment
 
@@ -79,6 +84,9 @@ def _cmd_run(args) -> int:
     from pcnlab.toolchain import require_root
 
     require_root()
+    # SIGTERM (`kill`, or a job run in the background, where Ctrl-C's SIGINT is ignored) stops a sweep
+    # the way Ctrl-C does: the run marked aborted, what it started removed, earlier runs intact.
+    signal.signal(signal.SIGTERM, _interrupt)
     outcomes = ExperimentRunner(experiment, Path(args.results)).run_all()
     failed = [o for o in outcomes if o.status != "finished"]
     return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)

@@ -131,7 +131,8 @@ def _ports_towards(run: Path, hosts) -> list[int]:
     return [int(p) for p, peer in s1["ports"].items() if peer in hosts]
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path, stop):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY.format(duration=60))
     results = tmp_path / "results"
@@ -148,7 +149,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path):
         time.sleep(0.5)
     assert run_dir is not None, "the run did not start"
     time.sleep(4)  # well into the run: jobs and background are going
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err

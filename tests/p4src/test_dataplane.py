@@ -102,12 +102,30 @@ def test_pcn_marks_background_at_k_pre_only_inside_an_armed_window(rig):
     bg = [r for r in recs if r["class"] == "background"]
     ddl = [r for r in recs if r["class"] == "ddl"]
     assert len(bg) == 60 and len(ddl) == 60
-    assert all(r["in_window"] and start <= r["ingress_us"] < end for r in bg)
+    assert all(r["in_window"] and start <= r["egress_us"] < end for r in bg)
     assert all(r["marked"] == (r["enq_qdepth"] >= K_PRE) for r in bg)
     assert sum(r["marked"] for r in bg) >= 40
     assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in ddl)
     assert any(r["enq_qdepth"] >= K_PRE and not r["marked"] for r in ddl)
     assert len(_ce(packets, rig.net.host("h1").IP())) == sum(r["marked"] for r in bg)
+
+
+def test_a_window_marks_what_leaves_the_queue_while_it_is_open(rig):
+    """The queue stood before the window: its packets leaving inside the window carry K_pre's marks at
+    once (not a queueing delay later), those leaving after it K's."""
+    rig.set_mode(PortMode("pcn", k=K, k_pre=K_PRE))
+    with rig.queue_log() as (records, _):
+        rig.blast("h1", 250)                 # 1.25 s of queue at 200 packets/s
+        now = rig.now_us()
+        start, end = now + 200_000, now + 500_000
+        rig.arm_window(start, end)
+        rig.drain(250)
+    rig.remove_window(start, end)
+    bg = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    inside = [r for r in bg if start <= r["egress_us"] < end]
+    assert len(inside) >= 40 and all(r["ingress_us"] < start for r in inside)
+    assert all(r["in_window"] == (start <= r["egress_us"] < end) for r in bg)
+    assert all(r["marked"] == (r["enq_qdepth"] >= (K_PRE if r["in_window"] else K)) for r in bg)
 
 
 def test_pcn_window_in_the_past_has_no_effect(rig):
@@ -158,6 +176,32 @@ def test_pcn_host_follows_announcements_until_the_burst_arrives(rig):
     assert all(r["in_window"] for r in first) and not any(r["in_window"] for r in second)
     assert all(r["marked"] == (r["enq_qdepth"] >= K_PRE) for r in first)
     assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in second)
+
+
+def test_pcn_host_marks_the_standing_queue_from_the_announcement_to_the_burst(rig):
+    """What queued before the announcement and leaves after it gets K_pre's marks at once; the burst's
+    arrival ends them for every packet still queued."""
+    from dataplane_rig import PCN_START_DSCP
+
+    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE, hold_us=10_000_000))
+    rig.thrift.set_queue_rate(rig.port, 100)  # 3 s to drain 300 packets: time for two more blasts
+    try:
+        time.sleep(0.1)
+        with rig.queue_log() as (records, _):
+            rig.blast("h1", 290)
+            rig.blast("h2", 1, dscp=PCN_START_DSCP)
+            rig.blast("h2", 3)
+            rig.drain(300 * 2)
+    finally:
+        rig.thrift.set_queue_rate(rig.port, rig.rate_pps)
+    recs = _port_records(records, rig)
+    announced = next(r["ingress_us"] for r in recs if r["announce"])
+    arrived = next(r["ingress_us"] for r in recs if r["class"] == "ddl" and r["burst_start"])
+    bg = [r for r in recs if r["class"] == "background"]
+    between = [r for r in bg if announced <= r["egress_us"] < arrived]
+    assert len(between) >= 20 and all(r["ingress_us"] < announced for r in between)
+    assert all(r["in_window"] == (announced <= r["egress_us"] < arrived) for r in bg)
+    assert all(r["marked"] == (r["enq_qdepth"] >= (K_PRE if r["in_window"] else K)) for r in bg)
 
 
 def test_pcn_host_announcement_expires_and_is_ignored_inside_a_burst(rig):
