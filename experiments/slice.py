@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pcnlab.controller.controller import ControllerThread, PcnController
-from pcnlab.controller.program import P4Program
+from pcnlab.controller.events import EventLog
+from pcnlab.experiments.control import start_slice_controller
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 from pcnlab.topologies.topos import make_topology
@@ -30,16 +30,18 @@ def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path(
               topo_params: dict | None = None, say=print, cli: bool = False) -> SliceResult:
     topo = make_topology(topology, **(topo_params or {}))
     check_supported(topo, options)
-    program = P4Program.named() if options.switch == "bmv2" else None
+    bmv2 = options.switch == "bmv2"
     with RunFolder.create(results_root, "slice", f"{topology}-{options.switch}") as run:
         say(f"[1/3] starting {topology} with {options.switch} switches "
             f"({len(topo.traffic_hosts())} hosts, {len(topo.switches())} switches) in {run.path}")
         with PcnNetwork(topo, run.path, run.ledger, options) as net:
             started = time.monotonic()
-            controller = None
-            if program is not None:
+            controller = events = None
+            if bmv2:
                 say("[2/3] pushing the pipeline and routes over P4Runtime")
-                controller = ControllerThread(PcnController(net.endpoints(), program)).start()
+                # Wired the way `pcnlab controller` wires a slice it takes over: drop-tail on every port.
+                events = EventLog(run.path / "events.jsonl")
+                controller, _ = start_slice_controller(net.endpoints(), "droptail", 40, 10, events)
             configure_s = time.monotonic() - started
             try:
                 say("[3/3] every host pings every other")
@@ -63,9 +65,11 @@ def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path(
             finally:
                 if controller is not None:
                     controller.stop()
+                if events is not None:
+                    events.close()
         result = SliceResult(run.path, sent, received, configure_s)
         run.finish({"pings_sent": sent, "pings_received": received, "configure_s": round(configure_s, 3)})
     say(f"{received}/{sent} pings answered ({result.loss:.0%} lost); "
-        + (f"switches configured in {configure_s:.2f} s; " if program else "")
+        + (f"switches configured in {configure_s:.2f} s; " if bmv2 else "")
         + f"logs in {result.run_dir}")
     return result
