@@ -15,7 +15,7 @@ from pcnlab.toolchain import INSTALL_HINT, NOLOG_BIN, find_program, thrift_clien
 QDISCS = {"htb": "", "tbf": "rate 1mbit burst 32kbit latency 400ms", "pfifo": "", "netem": "",
           "red": "limit 400000 min 30000 max 90000 avpkt 1000 burst 55 bandwidth 10mbit",
           "fq_codel": "", "prio": "", "fq": "", "sfq": ""}
-PYTHON_PACKAGES = ("finsy", "grpc", "scapy", "yaml", "pandas", "matplotlib", "torch")
+PYTHON_PACKAGES = ("finsy", "grpc", "scapy", "yaml", "pandas", "matplotlib", "scipy", "sklearn", "pyarrow", "torch")
 DEFAULT_PORTS = {"P4Runtime (BMv2's default)": 9559, "thrift (BMv2's default)": 9090}
 
 
