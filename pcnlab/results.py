@@ -42,7 +42,7 @@ CLOCK_WINDOW_US = 1_000_000   # the lower envelope is taken per second of switch
 @dataclass(frozen=True)
 class SwitchClock:
     """host_ns = offset_ns + drift x (switch_us x 1000) + switch_us x 1000, fitted on the lower envelope
-    of the collector's stamps. `error_us`: how far the envelope's points lie from the line."""
+    of the collector's stamps. `error_us`: how far 90 % of the envelope's points lie from the line."""
 
     switch: str
     offset_ns: float
@@ -69,12 +69,17 @@ class SwitchClock:
         low = frame.loc[frame.groupby("w")["d"].idxmin()]
         if len(low) < 3:
             return cls(switch, float(delay.min()), 0.0, 0.0, len(low))
-        slope, intercept = np.polyfit(low["t"], low["d"], 1)
-        # The envelope is a floor: shift the line down onto its lowest point.
+        # Theil-Sen, not least squares: a second in which the collector was held up (a busy machine)
+        # lifts that second's minimum, and one such outlier tilted a least-squares line by 2e-5 and
+        # moved the map by milliseconds. A minimum cannot be too low (a clone never arrives before its
+        # packet left), so the line is then shifted down onto the lowest point.
+        from scipy.stats import theilslopes
+
+        slope, intercept = theilslopes(low["d"].to_numpy(), low["t"].to_numpy())[:2]
         residual = low["d"] - (intercept + slope * low["t"])
         intercept += residual.min()
         residual = residual - residual.min()
-        return cls(switch, float(intercept), float(slope), float(residual.max() / 1000.0), len(low))
+        return cls(switch, float(intercept), float(slope), float(np.percentile(residual, 90) / 1000.0), len(low))
 
 
 def _host_names(network: dict) -> dict[int, str]:
