@@ -35,6 +35,7 @@ clean:  ## remove exactly what dead runs left behind (installs nothing)
 
 bench: deps  ## the benchmarks in bench/
 	$(PY) bench/bench_predictor.py
+	$(PY) bench/bench_compression_efficiency.py
 	$(SUDO) $(PY) bench/bench_dataplane.py
 	$(SUDO) $(PY) bench/bench_arm_latency.py
 	$(SUDO) $(PY) -m pytest bench/bench_workloads_test.py -p no:cacheprovider -q -s

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pcnlab.workloads.compression import Codec
+from pcnlab.workloads.compression import Codec, unpack
 from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.models import Task, build_model, compute_gradients, evaluate
 from pcnlab.workloads.netsense import LADDER
@@ -49,8 +49,8 @@ def train(codec: Codec, workers: int, seed: int, iterations: int, lr: float, bat
         grads = []
         for w, (model, task) in enumerate(zip(replicas, tasks)):
             compute_gradients(model, task, batch, 1 + w, it, seed)
-            (hdr, payload), = syncs[w].encode([flat([p.grad for p in model.parameters()])], 0)
-            grads.append(codec.decode(payload, n))
+            message, = syncs[w].encode([flat([p.grad for p in model.parameters()])], 0)
+            grads.append(codec.decode(unpack(message)[1], n))
         avg = torch.stack(grads).mean(0)
         with torch.no_grad():
             offset = 0
@@ -58,10 +58,10 @@ def train(codec: Codec, workers: int, seed: int, iterations: int, lr: float, bat
                 p.grad = avg[offset:offset + p.numel()].view_as(p).clone()
                 offset += p.numel()
         optimizer.step()
-        hdr, payload = shard.encode(flat([p.detach() for p in params]), 0)
+        message = shard.encode(flat([p.detach() for p in params]), 0)
         for w, model in enumerate(replicas):
             mine = list(model.parameters())
-            new = syncs[w].decode(hdr, payload, flat([p.detach() for p in mine]))
+            new = syncs[w].decode(message, flat([p.detach() for p in mine]))
             with torch.no_grad():
                 unflatten_into(new, mine)
         if (it + 1) % every == 0:

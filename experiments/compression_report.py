@@ -1,7 +1,7 @@
 """Figures of compressed and adaptive training, from run folders only (through pcnlab.results):
 
     python -m pcnlab.experiments.compression_report netsense results/netsense [--target 0.9]
-    python -m pcnlab.experiments.compression_report scaling results/compression-scaling
+    python -m pcnlab.experiments.compression_report scaling results/compression-scaling [MORE SWEEPS ...]
 
 netsense: per sweep point (mean over its trusted repetitions): the time from the job's start to the
 first held-out accuracy at or above the target, worker iterations per second (overall and per phase of
@@ -10,8 +10,10 @@ the run's schedule), the final accuracy, the bytes a worker moved per iteration 
 switch sent per iteration (its counters: every frame, headers and ACKs included), and which codecs
 the workers used. Written as netsense.md and netsense.json into the sweep folder.
 
-scaling: per (link rate, compression, workers): the mean iteration time, the scaling factor T_1 / T_N
-(T_1: the 1-worker run of the same link rate and compression), the payload reduction measured from
+scaling: per (link rate, compression, workers), pooling the runs of every sweep folder given: the mean
+iteration time, the scaling factor T_1 / T_N (T_1: the 1-worker run of the same link rate and
+compression), the compute phase over T_N (`vs_compute`: against a worker that does not communicate at
+all, Zhang et al.'s definition), the payload reduction measured from
 the logs (bytes per iteration of none over this compression's), and per (link rate, workers) the
 measured point where compression stops mattering: the least reduction whose scaling factor is within
 KNEE_TOLERANCE of the best any compression reached there. Written as compression-scaling.md/.json and
@@ -111,8 +113,12 @@ def switch_ddl_bytes(run: RunData) -> float | None:
 def run_figures(run: RunData, target: float | None = None) -> dict:
     """Everything the tables need from one run."""
     w = _workers(run)
+    job = (run.config.get("jobs") or [{}])[0]
+    method = job.get("compression", "none")
     out: dict = {"run": run.name, "point": run.point, "trusted": run.fidelity.get("trusted"),
-                 "status": run.status.get("status"), "sweep": run.config.get("sweep") or {}}
+                 "status": run.status.get("status"), "sweep": run.config.get("sweep") or {},
+                 "rate_mbps": (run.config.get("topology") or {}).get("bw"), "workers": len(job.get("workers") or ()),
+                 "codec": f"{method}-{job.get('compression_ratio'):g}" if method in ("topk", "randk") else method}
     if w.empty:
         return out
     curve = accuracy_curve(run)
@@ -121,11 +127,14 @@ def run_figures(run: RunData, target: float | None = None) -> dict:
     out["accuracy_final"] = float(curve["accuracy"].iloc[-1]) if not curve.empty else None
     start, end = job_start_ns(run), float(w["comm_end_ns"].max())
     out["iterations_per_s"] = iterations_per_s(run, start, end)
-    out["phases"] = [{"phase": label, "seconds": (b - a) / 1e9, "iterations_per_s": iterations_per_s(run, a, b),
+    out["phases"] = [{"phase": label, "from_s": (a - start) / 1e9, "seconds": (b - a) / 1e9,
+                      "iterations_per_s": iterations_per_s(run, a, b),
                       "codecs": _codecs(w[(w["compute_start_ns"] >= a) & (w["compute_start_ns"] < b)])}
                      for label, a, b in phases(run)]
+    out["curve"] = curve[["t_s", "accuracy"]].to_numpy().tolist()
     out["iteration_ms"] = float(np.mean([np.diff(rows.sort_values("iter")["compute_start_ns"]).mean() / 1e6
                                          for _, rows in w.groupby("host") if len(rows) > 1]))
+    out["compute_ms"] = float(((w["compute_end_ns"] - w["compute_start_ns"]) / 1e6).mean())
     out["payload_bytes"] = float((w["bytes_sent"] + w["bytes_recv"]).mean())
     if "tcp" in w:
         tcp = w["tcp"].dropna().map(lambda t: t.get("bytes_sent", 0) + t.get("bytes_received", 0) if t else None)
@@ -147,8 +156,8 @@ def _codecs(rows: pd.DataFrame) -> dict:
 
 # --- experiments -----------------------------------------------------------------------------------
 
-def figures(path: Path, target: float | None = None, include_untrusted: bool = False) -> list[dict]:
-    rows = [run_figures(RunData(p), target) for p in run_folders(path)]
+def figures(paths: list[Path], target: float | None = None, include_untrusted: bool = False) -> list[dict]:
+    rows = [run_figures(RunData(p), target) for path in paths for p in run_folders(path)]
     return [r for r in rows if r.get("status") == "finished" and (include_untrusted or r.get("trusted"))]
 
 
@@ -182,7 +191,8 @@ def netsense_table(rows: list[dict]) -> list[dict]:
 def netsense_markdown(table: list[dict], target: float) -> str:
     phases_ = table[0]["phase_names"] if table else []
     head = (["point", "time to " + f"{target:.0%}" + " (s)", "it/s"] + [f"it/s at {p}" for p in phases_]
-            + ["final accuracy", "bytes/it (gloo)", "bytes/it (TCP)", "switch bytes/it", "codecs used", "runs"])
+            + ["final accuracy", "bytes/it per worker (gloo)", "bytes/it per worker (TCP)",
+               "switch DDL frame bytes/it (all)", "codecs used", "runs"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table:
         f = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
@@ -197,15 +207,19 @@ def netsense_markdown(table: list[dict], target: float) -> str:
 
 
 def scaling_table(rows: list[dict], reference: list[dict] | None = None) -> pd.DataFrame:
-    """One row per (link rate, compression, workers) with T_N, T_1 / T_N and the measured reduction."""
-    frame = pd.DataFrame([{"rate_mbps": r["sweep"].get("topology.bw"), "compression": r["sweep"].get(
-        "jobs.0.compression", "none"), "workers": r["sweep"].get("jobs.0.workers"), "iteration_ms": r.get("iteration_ms"),
-        "payload_bytes": r.get("payload_bytes"), "switch_bytes": r.get("switch_bytes")} for r in rows])
+    """One row per (link rate, compression, workers) with T_N, T_1 / T_N, the compute phase over T_N
+    (the scaling factor against a worker that does not communicate at all, as Zhang et al. define
+    it) and the measured reduction."""
+    frame = pd.DataFrame([{"rate_mbps": r.get("rate_mbps"), "compression": r.get("codec"), "workers": r.get("workers"),
+                           "iteration_ms": r.get("iteration_ms"), "compute_ms": r.get("compute_ms"),
+                           "payload_bytes": r.get("payload_bytes"), "switch_bytes": r.get("switch_bytes")}
+                          for r in rows])
     if frame.empty:
         return frame
     frame = frame.groupby(["rate_mbps", "compression", "workers"], as_index=False).mean(numeric_only=True)
     t1 = frame[frame["workers"] == 1].set_index(["rate_mbps", "compression"])["iteration_ms"]
     frame["scaling"] = [t1.get((r.rate_mbps, r.compression), np.nan) / r.iteration_ms for r in frame.itertuples()]
+    frame["vs_compute"] = frame["compute_ms"] / frame["iteration_ms"]
     none = frame[frame["compression"] == "none"].set_index(["rate_mbps", "workers"])["payload_bytes"]
     frame["reduction"] = [none.get((r.rate_mbps, r.workers), np.nan) / r.payload_bytes for r in frame.itertuples()]
     return frame.sort_values(["rate_mbps", "workers", "reduction"]).reset_index(drop=True)
@@ -261,6 +275,38 @@ def plot_scaling(frame: pd.DataFrame, knee_rows: list[dict], out: Path) -> Path:
     return out
 
 
+def plot_netsense(rows: list[dict], target: float, out: Path) -> Path:
+    """Held-out accuracy against time from the job's start, one line per run (colour: its point), the
+    schedule's phases other than the first shaded, the target dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    points = list(dict.fromkeys(r["point"] for r in rows))
+    colours = dict(zip(points, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for r in rows:
+        t, acc = zip(*r["curve"]) if r.get("curve") else ((), ())
+        first = r is next(x for x in rows if x["point"] == r["point"])
+        ax.plot(t, acc, color=colours[r["point"]], lw=1.2, alpha=0.85, label=r["point"] if first else None)
+    shaded = rows[0].get("phases", [])[1:] if rows else []
+    for phase in shaded:
+        if phase["phase"] != rows[0]["phases"][0]["phase"]:
+            ax.axvspan(phase["from_s"], phase["from_s"] + phase["seconds"], color="grey", alpha=0.15, lw=0)
+            ax.text(phase["from_s"] + 0.5, 0.52, phase["phase"], fontsize=8, color="dimgrey")
+    ax.axhline(target, color="black", lw=0.8, ls="--")
+    ax.set_xlabel("seconds since the job started")
+    ax.set_ylabel("held-out accuracy (digits)")
+    ax.set_ylim(0.5, 1.0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     cell = lambda v: "-" if v is None or (isinstance(v, float) and np.isnan(v)) else (  # noqa: E731
         f"{v:.3g}" if isinstance(v, float) else str(v))
@@ -278,24 +324,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pcnlab.experiments.compression_report", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     ns = sub.add_parser("netsense")
-    ns.add_argument("path", type=Path)
+    ns.add_argument("path", type=Path, nargs="+")
     ns.add_argument("--target", type=float, default=0.9)
     ns.add_argument("--include-untrusted", action="store_true")
     sc = sub.add_parser("scaling")
-    sc.add_argument("path", type=Path)
+    sc.add_argument("path", type=Path, nargs="+", help="sweep folders (their runs are pooled)")
     sc.add_argument("--include-untrusted", action="store_true")
     args = parser.parse_args(argv)
     try:
         rows = figures(args.path, getattr(args, "target", None), args.include_untrusted)
     except UsageError as exc:
         raise SystemExit(f"compression_report: {exc}") from None
-    folder = _sweep_dir(args.path)
+    folder = _sweep_dir(args.path[0])
     if args.what == "netsense":
         table = netsense_table(rows)
         text = netsense_markdown(table, args.target)
         (folder / "netsense.md").write_text(text + "\n")
         (folder / "netsense.json").write_text(json.dumps(json_safe({"target": args.target, "points": table,
                                                                     "runs": rows}), indent=1))
+        plot_netsense(rows, args.target, folder / "netsense.png")
     else:
         frame = scaling_table(rows)
         knee_rows = knees(frame)

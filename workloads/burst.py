@@ -169,8 +169,9 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
         sock.close()
 
 
-def accept_workers(cfg: BurstConfig, log: JsonLog) -> dict[int, socket.socket]:
-    """The PS's side of the start: every worker connects and says its rank; then all are told to go."""
+def accept_workers(cfg: BurstConfig, log: JsonLog, before_go=None) -> dict[int, socket.socket]:
+    """The PS's side of the start: every worker connects and says its rank; then (after `before_go(conns)`,
+    if given) all are told to go."""
     server = listen(cfg.ps_addr, cfg.port)
     _announce_listener(cfg, log, cfg.ps_addr)
     server.settimeout(cfg.timeout_s)
@@ -189,6 +190,8 @@ def accept_workers(cfg: BurstConfig, log: JsonLog) -> dict[int, socket.socket]:
         conns[HELLO.unpack(head)[0]] = sock
     server.close()
     ranks = sorted(conns)
+    if before_go is not None:
+        before_go(conns)
     for sock in conns.values():  # everyone is here: iteration 0 starts together, like a real job
         sock.sendall(HELLO.pack(len(conns)))
     return conns

@@ -22,9 +22,12 @@ Error feedback (Seide et al. 2014; Karimireddy et al. 2019, "Error Feedback Fixe
 codec leaves out of one iteration is added to the next one's input, so nothing is lost, only delayed:
 p = g + e; send C(p); e = p - decode(C(p)).
 
-Messages: a compressed stream sends a header first, HEADER_INTS int32 values (the codec's level in
-the job's ladder, the payload's length in bytes), then the payload; the receiver knows n and reads the
-payload's length from the header, so the level may change every iteration (the adaptive policy).
+Messages: one gloo message per stream and iteration, a header of HEADER_BYTES (two little-endian
+int32: the codec's level in the job's ladder, the payload's length in bytes) followed by the payload.
+The receiver posts a buffer as large as the largest level's message (`capacity`; gloo fills a larger
+buffer with what was sent) and reads the length from the header, so the level may change every
+iteration (the adaptive policy) at no extra message: on a BMv2 port shaped in packets per second,
+every small packet costs as much as a full one.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pcnlab.errors import UsageError
 from pcnlab.workloads.codecs import ADAPTIVE, METHODS, SPARSE
 
 CHUNK = 1024                 # values per scale (int8, sign)
-HEADER_INTS = 2              # level, payload bytes
+HEADER_BYTES = 8             # level, payload bytes: two little-endian int32
 
 
 def _chunks(n: int) -> int:
@@ -164,12 +167,23 @@ class ErrorFeedback:
         return payload, sent
 
 
-def header(level: int, payload: torch.Tensor) -> torch.Tensor:
-    return torch.tensor([level, payload.numel()], dtype=torch.int32)
+def pack(level: int, payload: torch.Tensor) -> torch.Tensor:
+    """One message: the header (level, payload length) and the payload."""
+    head = torch.from_numpy(np.array([level, payload.numel()], dtype="<i4").view(np.uint8).copy())
+    return torch.cat([head, payload])
 
 
-def empty_header() -> torch.Tensor:
-    return torch.zeros(HEADER_INTS, dtype=torch.int32)
+def unpack(message: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """(level, payload) of a message, or of a receive buffer it filled from the start."""
+    level, length = np.frombuffer(message[:HEADER_BYTES].numpy().tobytes(), dtype="<i4")
+    if HEADER_BYTES + length > message.numel():
+        raise ValueError(f"a message of {length} payload bytes in a buffer of {message.numel()}")
+    return int(level), message[HEADER_BYTES:HEADER_BYTES + int(length)]
+
+
+def capacity(ladder: tuple[Codec, ...], n: int) -> int:
+    """The largest message of n values at any level of the ladder: the receive buffer's size."""
+    return HEADER_BYTES + max(codec.wire_bytes(n) for codec in ladder)
 
 
 def parse_config_method(method: str, ratio: float) -> tuple[Codec, ...] | None:

@@ -1,9 +1,10 @@
 """Compressed gradient exchange for the PyTorch jobs: what ps.py and ring.py call when a job has
-`compression` (compression.py: the codecs; netsense.py: the adaptive policy choosing a level).
+`compression` (compression.py: the codecs and the message format; netsense.py: the adaptive policy
+choosing a level).
 
 Parameter server (one WorkerSync per worker, one ShardSync per PS shard):
 - up: each worker encodes its gradient for each shard with error feedback (one residual per shard)
-  at the level it chose, and sends a header (level, payload bytes) then the payload;
+  at the level it chose, and sends one message (header: level, payload length; then the payload);
 - the shard decodes every worker's payload, averages, steps its optimizer;
 - down: the shard sends the new parameters at the most compressed level any worker used this
   iteration (workers may differ under the adaptive policy). Level none sends the parameters
@@ -12,77 +13,69 @@ Parameter server (one WorkerSync per worker, one ShardSync per PS shard):
   leaves out stays in x - x_hat for the next (error feedback on the model). Workers compute their
   gradients at x_hat; the PS's own parameters x are the model (test accuracy is measured on them).
 
-Ring: the ranks agree on the level (an all_reduce of the levels, MAX: the most compressed any rank
-asked for), then all_gather their payloads (equal sizes at one level), and every rank decodes them in
-rank order and averages: the same floats on every rank, so replicas stay identical. Level none uses
-the plain all_reduce. Sparse payloads cannot be summed on the way round a ring, so a compressed ring
-moves (N - 1) payloads per rank each way instead of all_reduce's 2 (N - 1) / N of the gradient.
+Every receive is posted at once into a buffer of the ladder's largest message (compression.capacity),
+so an exchange is one message each way, whatever the level.
 
-Message tags: the PS exchange of iteration `it` uses tags TAG_STRIDE * it + 0..3 (up header, up
-payload, down header, down payload).
+Ring: the ranks agree on the level (an all_reduce of the levels, MAX: the most compressed one any rank
+asked for; skipped when the ladder has one level), then all_gather their payloads (equal sizes at one
+level), and every rank decodes them in rank order and averages: the same floats on every rank, so
+replicas stay identical. Level none uses the plain all_reduce. Sparse payloads cannot be summed on the
+way round a ring, so a compressed ring moves (N - 1) payloads per rank each way instead of
+all_reduce's 2 (N - 1) / N of the gradient.
+
+Message tags: the PS exchange of iteration `it` uses tags TAG_STRIDE * it (up) and + 1 (down).
 """
 
 from __future__ import annotations
 
 import torch
 
-from pcnlab.workloads.compression import Codec, ErrorFeedback, empty_header, header
+from pcnlab.workloads.compression import HEADER_BYTES, Codec, ErrorFeedback, capacity, pack, unpack
 
-TAG_STRIDE = 4
+TAG_STRIDE = 2
 
 
 def _generator(seed: int, rank: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + rank * 10_007 + stream * 101 + 17)
 
 
-def message_bytes(msgs) -> int:
-    return sum(t.numel() * t.element_size() for t in msgs)
-
-
 class WorkerSync:
-    """A PS worker's side: its error feedback per shard, and its copy x_hat of each shard's parameters."""
+    """A PS worker's side: its error feedback per shard; it applies the shards' answers to its copy
+    x_hat of their parameters."""
 
     def __init__(self, ladder: tuple[Codec, ...], shard_sizes: list[int], seed: int = 0, rank: int = 0):
         self.ladder = ladder
         self.sizes = list(shard_sizes)
         self.feedback = [ErrorFeedback(n) for n in self.sizes]
         self.generators = [_generator(seed, rank, s) for s in range(len(self.sizes))]
+        self.inbox = [torch.empty(capacity(ladder, n), dtype=torch.uint8) for n in self.sizes]
 
-    def encode(self, grads: list[torch.Tensor], level: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(header, payload) per shard for this iteration's flat gradients, at `level`."""
-        out = []
-        for s, g in enumerate(grads):
-            payload, _ = self.feedback[s].compress(g, self.ladder[level], self.generators[s])
-            out.append((header(level, payload), payload))
-        return out
+    def encode(self, grads: list[torch.Tensor], level: int) -> list[torch.Tensor]:
+        """One message per shard for this iteration's flat gradients, at `level`."""
+        return [pack(level, self.feedback[s].compress(g, self.ladder[level], self.generators[s])[0])
+                for s, g in enumerate(grads)]
 
-    def decode(self, hdr: torch.Tensor, payload: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+    def decode(self, message: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
         """A shard's new flat parameters from its answer: the parameters (level none) or x_hat plus the
         decoded change."""
-        codec = self.ladder[int(hdr[0])]
+        level, payload = unpack(message)
+        codec = self.ladder[level]
         values = codec.decode(payload, current.numel())
         return values if codec.method == "none" else current + values
 
     def exchange(self, dist, it: int, grads: list[torch.Tensor], current: list[torch.Tensor],
                  level: int) -> tuple[list[torch.Tensor], int, int]:
         """One iteration with every shard over gloo: send the gradients, receive the parameters.
-        Returns (each shard's new flat parameters, bytes sent, bytes received) -- headers included."""
+        Returns (each shard's new flat parameters, bytes sent, bytes received), headers included."""
         msgs = self.encode(grads, level)
-        base = TAG_STRIDE * it
-        reqs = []
-        for s, (hdr, payload) in enumerate(msgs):
-            reqs += [dist.isend(hdr, dst=s, tag=base), dist.isend(payload, dst=s, tag=base + 1)]
-        headers = [empty_header() for _ in msgs]
-        for req in [dist.irecv(h, src=s, tag=base + 2) for s, h in enumerate(headers)]:
-            req.wait()
-        payloads = [torch.empty(int(h[1]), dtype=torch.uint8) for h in headers]
-        for req in [dist.irecv(p, src=s, tag=base + 3) for s, p in enumerate(payloads)]:
-            req.wait()
+        tag = TAG_STRIDE * it
+        reqs = [dist.isend(m, dst=s, tag=tag) for s, m in enumerate(msgs)]
+        reqs += [dist.irecv(box, src=s, tag=tag + 1) for s, box in enumerate(self.inbox)]
         for req in reqs:
             req.wait()
-        new = [self.decode(h, p, c) for h, p, c in zip(headers, payloads, current)]
-        sent = message_bytes(t for pair in msgs for t in pair)
-        return new, sent, message_bytes(headers) + message_bytes(payloads)
+        new = [self.decode(box, c) for box, c in zip(self.inbox, current)]
+        received = sum(HEADER_BYTES + unpack(box)[1].numel() for box in self.inbox)
+        return new, sum(m.numel() for m in msgs), received
 
 
 class ShardSync:
@@ -94,22 +87,24 @@ class ShardSync:
         self.size = size
         self.shadow = initial.detach().reshape(-1).clone().to(torch.float32)
         self.generator = _generator(seed, rank, 999)
+        self.inbox: dict[int, torch.Tensor] = {}
 
     def gather(self, dist, it: int, workers: list[int]) -> tuple[dict[int, torch.Tensor], list[int], int]:
         """Every worker's decoded gradient, the levels they used, and the bytes received."""
-        base = TAG_STRIDE * it
-        headers = {w: empty_header() for w in workers}
-        for req in [dist.irecv(headers[w], src=w, tag=base) for w in workers]:
+        for w in workers:
+            self.inbox.setdefault(w, torch.empty(capacity(self.ladder, self.size), dtype=torch.uint8))
+        for req in [dist.irecv(self.inbox[w], src=w, tag=TAG_STRIDE * it) for w in workers]:
             req.wait()
-        payloads = {w: torch.empty(int(headers[w][1]), dtype=torch.uint8) for w in workers}
-        for req in [dist.irecv(payloads[w], src=w, tag=base + 1) for w in workers]:
-            req.wait()
-        grads = {w: self.ladder[int(headers[w][0])].decode(payloads[w], self.size) for w in workers}
-        received = message_bytes(headers.values()) + message_bytes(payloads.values())
-        return grads, [int(headers[w][0]) for w in workers], received
+        grads, levels, received = {}, [], 0
+        for w in workers:
+            level, payload = unpack(self.inbox[w])
+            grads[w] = self.ladder[level].decode(payload, self.size)
+            levels.append(level)
+            received += HEADER_BYTES + payload.numel()
+        return grads, levels, received
 
-    def encode(self, params: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(header, payload) carrying the new parameters to the workers at `level`."""
+    def encode(self, params: torch.Tensor, level: int) -> torch.Tensor:
+        """The message carrying the new parameters to the workers at `level`."""
         codec = self.ladder[level]
         x = params.detach().reshape(-1).to(torch.float32)
         if codec.method == "none":
@@ -118,18 +113,14 @@ class ShardSync:
         else:
             payload = codec.encode(x - self.shadow, self.generator)
             self.shadow = self.shadow + codec.decode(payload, self.size)
-        return header(level, payload), payload
+        return pack(level, payload)
 
     def broadcast(self, dist, it: int, params: torch.Tensor, workers: list[int], level: int) -> int:
         """Send the parameters to every worker; returns the bytes sent."""
-        hdr, payload = self.encode(params, level)
-        base = TAG_STRIDE * it
-        reqs = []
-        for w in workers:
-            reqs += [dist.isend(hdr, dst=w, tag=base + 2), dist.isend(payload, dst=w, tag=base + 3)]
-        for req in reqs:
+        message = self.encode(params, level)
+        for req in [dist.isend(message, dst=w, tag=TAG_STRIDE * it + 1) for w in workers]:
             req.wait()
-        return len(workers) * message_bytes((hdr, payload))
+        return len(workers) * message.numel()
 
 
 class RingSync:

@@ -75,8 +75,10 @@ class Workloads:
 
             ensure_digits()  # once here, so the processes read the cached copy instead of importing sklearn
         port = hosts.port(spec.port)
-        # LTP: PS shard s receives datagrams on UDP ltp_port + s (consecutive ports, none another job has)
-        ltp_ports = [hosts.port() for _ in range(max(len(spec.servers), 1))] if spec.transport == "ltp" else [0]
+        # LTP (workloads/ltp/training.py): shard s takes gradients on UDP ltp_port + s and the workers its
+        # parameters on ltp_port + servers + s (the generator: one port); consecutive, none another job has
+        count = 2 * len(spec.servers) if spec.kind == "ps" else 1
+        ltp_ports = [hosts.port() for _ in range(count)] if spec.transport == "ltp" else [0]
         placements = spec.placements()
         peers = ",".join(hosts.ip(h) for _, _, h in placements)
         procs = []

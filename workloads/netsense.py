@@ -48,7 +48,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from pcnlab.workloads.compression import Codec
+from pcnlab.workloads.compression import HEADER_BYTES, Codec
 
 # The candidate levels, largest payload first (level 0 is no compression).
 LADDER: tuple[Codec, ...] = (Codec("none"), Codec("int8"), Codec("topk", 0.1), Codec("sign"),
@@ -180,8 +180,7 @@ class NetSensePolicy:
         return Decision(self.level, reason, self.rate, floor, congested, limited, predicted)
 
 
-def rank_sizes(kind: str, ladder: tuple[Codec, ...], shard_sizes: list[int], world: int,
-               header_bytes: int = 8) -> list[int]:
+def rank_sizes(kind: str, ladder: tuple[Codec, ...], shard_sizes: list[int], world: int) -> list[int]:
     """Bytes a worker moves per iteration at each level (what it sends plus what it receives).
     ps: its gradient to every shard and each shard's answer at the same level; ring: level none is an
     all_reduce (2 (N - 1) / N of the gradient each way), a compressed level an all_gather of N - 1
@@ -189,7 +188,7 @@ def rank_sizes(kind: str, ladder: tuple[Codec, ...], shard_sizes: list[int], wor
     out = []
     for codec in ladder:
         if kind == "ps":
-            out.append(2 * sum(codec.wire_bytes(n) + header_bytes for n in shard_sizes))
+            out.append(2 * sum(codec.wire_bytes(n) + HEADER_BYTES for n in shard_sizes))
         elif codec.method == "none":
             out.append(round(2 * 2 * (world - 1) / world * sum(4 * n for n in shard_sizes)))
         else:

@@ -11,7 +11,7 @@ import torch
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.codecs import check_compression
-from pcnlab.workloads.compression import CHUNK, Codec, ErrorFeedback
+from pcnlab.workloads.compression import CHUNK, HEADER_BYTES, Codec, ErrorFeedback, capacity, pack, unpack
 from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.netsense import LADDER
 
@@ -131,14 +131,29 @@ def test_downlink_model_copies_stay_identical():
     worker = WorkerSync(ladder, [N])
     held = start.clone()
     x = start.clone()
+    box = torch.zeros(capacity(ladder, N), dtype=torch.uint8)
     for step, level in enumerate([4, 4, 1, 3, 0, 2, 4]):
         x = x - 0.1 * gradient(seed=100 + step)
-        hdr, payload = shard.encode(x, level)
-        assert int(hdr[0]) == level and int(hdr[1]) == payload.numel() == ladder[level].wire_bytes(N)
-        held = worker.decode(hdr, payload, held)
+        message = shard.encode(x, level)
+        assert message.numel() == HEADER_BYTES + ladder[level].wire_bytes(N)
+        box[:message.numel()] = message          # what gloo leaves in a receive buffer of the largest size
+        sent_level, payload = unpack(box)
+        assert sent_level == level and payload.numel() == ladder[level].wire_bytes(N)
+        held = worker.decode(box, held)
         assert torch.equal(held, shard.shadow)
         if level == 0:
             assert torch.equal(held, x)          # none sends the parameters themselves
+
+
+def test_a_message_carries_its_level_and_length():
+    payload = Codec("topk", 0.01).encode(gradient())
+    message = pack(4, payload)
+    assert message.numel() == HEADER_BYTES + payload.numel()
+    level, back = unpack(message)
+    assert level == 4 and torch.equal(back, payload)
+    assert capacity(LADDER, N) == HEADER_BYTES + 4 * N      # none's is the largest
+    with pytest.raises(ValueError, match="in a buffer of"):
+        unpack(message[:-1])
 
 
 @pytest.mark.parametrize("method, ratio, kind, message", [

@@ -139,13 +139,21 @@ def test_rtt_estimator_follows_rfc6298():
     assert r.rto() == 0.05           # nothing measured yet
     r.update(0.010)
     assert (r.srtt, r.rttvar) == (0.010, 0.005) and r.rto() == pytest.approx(0.030)
+    r.timed_out()
+    assert r.rto() == pytest.approx(0.060)          # doubled until an acknowledgement comes
     r.update(0.002)
     assert r.srtt == pytest.approx(0.875 * 0.010 + 0.125 * 0.002)
     assert r.rttvar == pytest.approx(0.75 * 0.005 + 0.25 * 0.008)
-    assert r.min_rtt == 0.002
+    assert r.min_rtt == 0.002 and r.backoff == 0
     fast = RttEstimator()
     fast.update(0.0001)
     assert fast.rto() == MIN_RTO_S
+    # A quiet tail after a full queue: the timer still waits 1.5 x the recent peak RTT.
+    burst = RttEstimator()
+    burst.update(0.020)
+    for _ in range(20):
+        burst.update(0.001)
+    assert burst.srtt < 0.006 and burst.rto() == pytest.approx(1.5 * 0.020 * 0.998 ** 20)
 
 
 def test_early_close_threshold_follows_the_measured_loss():

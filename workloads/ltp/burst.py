@@ -32,11 +32,16 @@ def _port(cfg: BurstConfig) -> int:
 
 
 def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
-    conns = accept_workers(cfg, log)
+    servers = []   # the receiver listens before the workers are told to go: no datagram meets a closed port
+
+    def listen(conns):
+        workers = {r: conns[r].getpeername()[0] for r in conns}
+        servers.append(LtpServer((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), workers, _layout(cfg),
+                                 EarlyClose(cfg.ltp_deadline_ms / 1e3, cfg.ltp_theta_min)))
+
+    conns = accept_workers(cfg, log, before_go=listen)
     ranks = sorted(conns)
-    workers = {r: conns[r].getpeername()[0] for r in ranks}
-    server = LtpServer((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), workers, _layout(cfg),
-                       EarlyClose(cfg.ltp_deadline_ms / 1e3, cfg.ltp_theta_min))
+    server = servers[0]
     reply = _Payload(_reply_bytes(cfg))
     try:
         with ThreadPoolExecutor(max_workers=len(ranks)) as pool:

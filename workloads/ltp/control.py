@@ -29,19 +29,30 @@ MIN_RTO_S = 0.005             # the retransmission timer's floor (BMv2 and Pytho
 MAX_RTO_S = 1.0
 INITIAL_RTO_S = 0.05
 REORDER_FRACTION = 0.25       # RACK's reordering window: a quarter of the smoothed RTT
+PEAK_DECAY = 0.998            # the recent peak RTT forgets 0.2 % per sample (about 6 % per iteration)
+PEAK_FACTOR = 1.5             # the retransmission timer waits at least this times the recent peak RTT
 
 
 @dataclass
 class RttEstimator:
-    """RFC 6298's smoothed RTT and variance, and the minimum seen."""
+    """RFC 6298's smoothed RTT and variance, the minimum seen, and a slowly forgotten peak.
+
+    The timer is RFC 6298's, with two changes for a burst that meets an empty path at its start and a
+    full queue a few windows later (every iteration's incast): it waits at least PEAK_FACTOR x the
+    recent peak RTT (the smoothed RTT of the previous iteration's quiet tail would fire it spuriously
+    at every iteration's start), and it doubles after each timeout until an acknowledgement comes."""
 
     srtt: float | None = None
     rttvar: float = 0.0
     min_rtt: float | None = None
+    peak: float = 0.0
+    backoff: int = 0
 
     def update(self, sample: float) -> None:
         if sample <= 0:
             return
+        self.backoff = 0
+        self.peak = max(sample, self.peak * PEAK_DECAY)
         if self.srtt is None:
             self.srtt, self.rttvar = sample, sample / 2
         else:
@@ -50,9 +61,12 @@ class RttEstimator:
         self.min_rtt = sample if self.min_rtt is None else min(self.min_rtt, sample)
 
     def rto(self) -> float:
-        if self.srtt is None:
-            return INITIAL_RTO_S
-        return min(MAX_RTO_S, max(MIN_RTO_S, self.srtt + 4 * self.rttvar))
+        base = INITIAL_RTO_S if self.srtt is None else max(MIN_RTO_S, self.srtt + 4 * self.rttvar,
+                                                          PEAK_FACTOR * self.peak)
+        return min(MAX_RTO_S, base * (1 << min(self.backoff, 6)))
+
+    def timed_out(self) -> None:
+        self.backoff += 1
 
     def reorder_window(self) -> float:
         return REORDER_FRACTION * (self.srtt if self.srtt is not None else INITIAL_RTO_S)

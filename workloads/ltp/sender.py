@@ -66,8 +66,9 @@ class LtpSender:
     estimate carry over between iterations."""
 
     def __init__(self, dest: tuple[str, int], tag: int, rank: int, layout: Layout, seed: int = 0,
-                 bind_addr: str = "", idle_timeout_s: float = 60.0):
+                 bind_addr: str = "", idle_timeout_s: float = 60.0, min_window: int = 0):
         self.dest = dest
+        self.min_window = min_window     # transmissions always allowed outstanding (see training.py)
         self.tag, self.rank, self.layout, self.seed = tag, rank, layout, seed
         self.idle_timeout_s = idle_timeout_s
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -113,6 +114,7 @@ class LtpSender:
             raise ValueError(f"gradient of {len(raw) // 4} elements for a layout of {lay.total}")
         start_ns = time.monotonic_ns()
         start = start_ns / 1e9
+        self.rtt.backoff = 0   # a new iteration's data: the last one's timer backoff does not carry over
         give_up = start + deadline_s
         rng = np.random.default_rng([self.seed, self.rank, it])
         pending = deque(int(c) for c in rng.permutation(lay.chunks))
@@ -128,7 +130,7 @@ class LtpSender:
         while not outcome:
             if not outstanding and not pending:       # nothing in flight, nothing queued: send what is missing
                 pending.extend(int(c) for c in np.flatnonzero(~acked))
-            while len(outstanding) < self.window.allowed() and pending:
+            while len(outstanding) < max(self.window.allowed(), self.min_window) and pending:
                 c = pending.popleft()
                 if acked[c]:
                     continue
@@ -217,6 +219,7 @@ class LtpSender:
             return
         if timed_out:
             self.window.on_timeout(self.seq - 1)
+            self.rtt.timed_out()
         for seq in reversed(lost):
             c, _ = outstanding.pop(seq)
             if not timed_out:

@@ -1,32 +1,64 @@
 """The parameter-server job over LTP (`transport: ltp`): the same ranks, model, data and optimizer as
-workloads/ps.py, but each worker's gradients reach its PS shards as LTP datagrams (sender.py), and the
-shard averages what arrived (receiver.py, Early Close; fill.py, Bubble Filling). The parameters go
-back to the workers reliably, over gloo's TCP connections as on the TCP path.
+workloads/ps.py, but each worker's gradients reach its PS shards as LTP datagrams (sender.py), the
+shard averages what arrived (receiver.py, Early Close; fill.py, Bubble Filling), and the parameters go
+back to the workers over LTP with full delivery: the worker's receiver never closes an iteration
+before every chunk is in (theta 1, no deadline short of the job's timeout). gloo only brings the
+ranks together (rendezvous, one barrier).
+
+Why the parameters do not return over gloo's TCP: under incast the PS's port is full of gradient
+datagrams, and the workers' acknowledgements of the parameters cross it. Measured on ltp-incast.yaml
+with TCP for the return, one worker in five waited 90-325 ms for its parameters in 20 % of iterations
+(TCP restarts from its initial window after the idle compute gap, and each further flight waits on
+acknowledgements that cross the full port, or on a 200 ms timer when they are lost), and the PS
+waits for the slowest worker's next gradient.
+
+How they return instead: each worker's parameters go in one flight (the window is at least the
+message, up to PARAMS_WINDOW chunks: the path is the worker's own switch port, which nothing else
+crowds, and the only congestion its acknowledgements report is the incast port they cross on the way
+back), the worker acknowledges them with whole bitmaps (any acknowledgement that gets through says
+everything), and the PS does not wait for those acknowledgements before it receives the next
+iteration: a worker's next gradient comes only from a worker that has its parameters. A send still
+unacknowledged when the next one to the same worker is due is waited for (and repaired) then.
+
+Ports: PS shard s receives gradients on UDP ltp_port + s; every worker receives shard s's parameters
+on UDP ltp_port + servers + s (the launcher hands out the 2 x servers ports, none another job has).
 
 Per iteration the logs add, on the PS: gradient_bytes (expected), bytes_recv (arrived before the
 close), bytes_lost, bytes_filled (holes filled from the other workers' mean, or 0: bytes_zero_filled),
 delivered_fraction (and per rank), how the iteration closed (ltp_close: complete | threshold |
 deadline; early_close and early_close_ns when it fired), the threshold in force and the loss estimate,
-and the receiver's counters of dropped datagrams by reason; on a worker: bytes_sent (every
-transmission's datagram bytes), ltp_acked_bytes, transmissions, retransmissions, window, RTT and
-how its sending ended.
+the receiver's counters of dropped datagrams by reason, and the parameters' sending (bytes_sent,
+params_ms, params_retransmissions); on a worker: bytes_sent (every transmission's datagram bytes),
+ltp_acked_bytes, transmissions, retransmissions, window, RTT and how its sending ended.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from pcnlab.workloads.ltp.earlyclose import EarlyClose
+from pcnlab.workloads.ltp.earlyclose import COMPLETE, EarlyClose
 from pcnlab.workloads.ltp.fill import bubble_fill
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
 from pcnlab.workloads.training import digest, flat, held_out_accuracy, peers, timed_compute, unflatten_into
 
+PARAMS_WINDOW = 64     # chunks of parameters a PS sends a worker before waiting for acknowledgements
 
-def ltp_port(cfg, shard: int) -> int:
+
+def gradient_port(cfg, shard: int) -> int:
     """The UDP port PS shard `shard` receives gradients on."""
     return (cfg.ltp_port or cfg.master_port + 1) + shard
+
+
+def params_port(cfg, shard: int) -> int:
+    """The UDP port every worker receives PS shard `shard`'s parameters on."""
+    return gradient_port(cfg, cfg.servers + shard)
+
+
+def _tags(cfg) -> tuple[int, int]:
+    return job_tag(cfg.job, cfg.master_port), job_tag(f"{cfg.job}/parameters", cfg.master_port)
 
 
 def _offsets(tensors) -> list[int]:
@@ -41,12 +73,18 @@ def serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test
     """One PS shard: receive every worker's gradient over LTP, fill, average, step, send parameters."""
     own = [params[i] for i in mine]
     optimizer = torch.optim.SGD(own, lr=cfg.lr, momentum=cfg.momentum)
-    size = sum(p.numel() for p in own)
     layout = Layout([p.numel() for p in own])
     addresses = peers(cfg)
-    server = LtpServer((cfg.addr or "0.0.0.0", ltp_port(cfg, cfg.rank)), job_tag(cfg.job, cfg.master_port),
+    grad_tag, param_tag = _tags(cfg)
+    server = LtpServer((cfg.addr or "0.0.0.0", gradient_port(cfg, cfg.rank)), grad_tag,
                        {w: addresses[w] for w in workers}, layout,
                        EarlyClose(cfg.ltp_deadline_ms / 1e3, cfg.ltp_theta_min))
+    senders = {w: LtpSender((addresses[w], params_port(cfg, cfg.rank)), param_tag, cfg.rank, layout, seed=cfg.seed,
+                            bind_addr=cfg.addr, idle_timeout_s=cfg.timeout_s,
+                            min_window=min(layout.chunks, PARAMS_WINDOW)) for w in workers}
+    pool = ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="ltp-params")
+    sending: dict = {}          # worker -> the send of its latest parameters (a future)
+    dist.barrier()  # every receiver listens before anyone sends (no datagram meets a closed port)
     try:
         for it in range(cfg.iterations):
             comm_start = time.monotonic_ns()
@@ -62,35 +100,57 @@ def serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test
                 p.grad = g
             optimizer.step()
             step_end = time.monotonic_ns()
-            out = flat([p.detach() for p in own])
-            sent = [dist.isend(out, dst=w, tag=it) for w in workers]
-            for req in sent:
-                req.wait()
+            out = flat([p.detach() for p in own]).numpy()
+            previous = _finish(sending, workers)
+            sending = {w: pool.submit(senders[w].send, it, out, cfg.timeout_s) for w in workers}
             comm_end = time.monotonic_ns()
             dump(f"ps{cfg.rank}_it{it}_avg", {names[i]: g for i, g in zip(mine, grads)})
             dump(f"ps{cfg.rank}_it{it}_param", {names[i]: params[i] for i in mine})
             log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
                           comm_end_ns=comm_end, recv_end_ns=recv_end, send_start_ns=step_end,
-                          bytes_sent=4 * size * len(workers), loss=None, transport="ltp",
+                          bytes_sent=4 * layout.total * len(workers), loss=None, transport="ltp",
                           bytes_filled=4 * filled.filled_elements, bytes_zero_filled=4 * filled.zero_elements,
-                          **stats, params_sha=digest(own), **held_out_accuracy(cfg, model, test, it))
+                          **previous, **stats, params_sha=digest(own), **held_out_accuracy(cfg, model, test, it))
+        _finish(sending, workers)
     finally:
+        pool.shutdown(wait=False, cancel_futures=True)
         server.stop()
+        for s in senders.values():
+            s.close()
     log.write("ltp_counters", **server.counters())
 
 
+def _finish(sending: dict, workers: list[int]) -> dict:
+    """Wait for the previous iteration's parameter sends; what they took (for the log)."""
+    if not sending:
+        return {}
+    results = [sending[w].result() for w in workers]
+    # A worker's receiver closes an iteration only once every chunk is in (theta 1; at its deadline it
+    # fails the worker), so its CLOSE (the answer to a retransmission whose acknowledgement was lost)
+    # says the parameters arrived; only running out of time is a failure.
+    for w, r in zip(workers, results):
+        if r.outcome == "deadline":
+            raise ConnectionError(f"the parameters of iteration {r.iter} did not reach worker rank {w}")
+    return {"params_iter": results[0].iter, "params_datagrams": sum(r.datagrams for r in results),
+            "params_retransmissions": sum(r.retransmissions for r in results),
+            "params_ms": round(max(r.end_ns - r.start_ns for r in results) / 1e6, 3)}
+
+
 def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, ann) -> None:
-    """One worker: compute, send each shard its part over LTP, receive the parameters over gloo."""
+    """One worker: compute, send each shard its part over LTP, receive every shard's parameters."""
     from pcnlab.workloads.models import compute_gradients
 
     dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
     per_shard = [[params[i] for i in owned] for owned in shards]
-    received = [torch.zeros(sum(p.numel() for p in ps)) for ps in per_shard]
+    layouts = [Layout([p.numel() for p in ps]) for ps in per_shard]
     addresses = peers(cfg)
-    tag = job_tag(cfg.job, cfg.master_port)
-    senders = [LtpSender((addresses[s], ltp_port(cfg, s)), tag, cfg.rank, Layout([p.numel() for p in ps]),
-                         seed=cfg.seed, bind_addr=cfg.addr, idle_timeout_s=cfg.timeout_s)
-               for s, ps in enumerate(per_shard)]
+    grad_tag, param_tag = _tags(cfg)
+    senders = [LtpSender((addresses[s], gradient_port(cfg, s)), grad_tag, cfg.rank, lay, seed=cfg.seed,
+                         bind_addr=cfg.addr, idle_timeout_s=cfg.timeout_s) for s, lay in enumerate(layouts)]
+    # Full delivery: theta 1 (never closed before every chunk is in), the job's timeout as the deadline.
+    receivers = [LtpServer((cfg.addr or "0.0.0.0", params_port(cfg, s)), param_tag, {s: addresses[s]}, lay,
+                           EarlyClose(cfg.timeout_s, theta_min=1.0)) for s, lay in enumerate(layouts)]
+    dist.barrier()
     try:
         for it in range(cfg.iterations):
             c0, c1, loss = timed_compute(
@@ -98,14 +158,16 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
                 announce=(lambda t: ann.before(t, it)) if ann else None)
             comm_start = time.monotonic_ns()
             outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
-            reqs = [dist.irecv(buf, src=s, tag=it) for s, buf in enumerate(received)]
             results = [sender.send(it, g.numpy(), cfg.ltp_deadline_ms / 1e3) for sender, g in zip(senders, outgoing)]
             sent_end = time.monotonic_ns()
-            for req in reqs:
-                req.wait()
-            with torch.no_grad():
-                for buf, ps in zip(received, per_shard):
-                    unflatten_into(buf, ps)
+            for s, (receiver, ps) in enumerate(zip(receivers, per_shard)):
+                closed = receiver.wait(it, cfg.timeout_s)
+                if closed.reason != COMPLETE:
+                    raise ConnectionError(f"the parameters of iteration {it} from PS shard {s} did not all arrive "
+                                          f"within {cfg.timeout_s:g} s")
+                with torch.no_grad():
+                    unflatten_into(torch.from_numpy(closed.grad[0]), ps)
+                receiver.release(it)
             comm_end = time.monotonic_ns()
             dump(f"w{cfg.rank}_it{it}_grad", {n: p.grad for n, p in zip(names, params)})
             dump(f"w{cfg.rank}_it{it}_param", dict(zip(names, params)))
@@ -113,10 +175,12 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
             log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
                           comm_end_ns=comm_end, send_end_ns=sent_end, transport="ltp",
                           bytes_sent=sum(r.bytes_sent for r in results),
-                          bytes_recv=4 * sum(b.numel() for b in received), loss=loss,
+                          bytes_recv=4 * sum(lay.total for lay in layouts), loss=loss,
                           params_sha=digest(params), **fields,
                           **({"announce_ns": ann.last_ns} if ann else {}),
                           **held_out_accuracy(cfg, model, test, it))
     finally:
         for sender in senders:
             sender.close()
+        for receiver in receivers:
+            receiver.stop()
