@@ -85,7 +85,8 @@ class Observation:
 
     report: BurstReport
     # first | learning | match | missed (matched after missed slots) | spurious | refit (a new period or
-    # phase won) | resync (after a pause) | duplicate | reset (the switch's clock went back: it restarted)
+    # phase won) | between (between two slots of a confident rhythm: ignored) | resync (after a pause) |
+    # duplicate | reset (the switch's clock went back: it restarted)
     kind: str
     predicted_us: int | None    # the start predicted for this report's slot (None: nothing learned yet)
     error_us: int | None        # actual - predicted
@@ -139,6 +140,7 @@ class BurstPredictor:
         self._err_lattice: deque[float] = deque(maxlen=cfg.errors)
         self._outcomes: deque[int] = deque(maxlen=cfg.outcomes)
         self._agreement: deque[int] = deque(maxlen=cfg.outcomes)  # 1 per recent report that matched
+        self._between: deque[int] = deque(maxlen=3)  # recent reports between the slots of a confident rhythm
         self._period: float | None = None
         self._support = 0
         self._cache: tuple[bool, float, float, float] | None = None
@@ -281,6 +283,17 @@ class BurstPredictor:
             self._changed()
             if n > 1:
                 kind = self._refit(t, kind)  # two periods, or a doubled period? let the reports say
+        elif before.confident and gap < self._period - tol:
+            # A report between two slots of a rhythm that keeps its slots: when iterations run back to
+            # back the flights of one are spread over most of the period and no gap tells them from the
+            # next iteration's start. It neither moves the rhythm nor counts against it, unless reports
+            # between the slots keep a rhythm of their own (a period halved: every other new start falls
+            # on an old slot, so no slot goes empty); then the reports are fitted afresh.
+            self._between.append(t)
+            if not self._between_rhythm(tol):
+                return self._record(report, "between", None, None, False)
+            self._between.clear()
+            kind = self._refit(t, "spurious")
         else:
             kind = self._refit(t, "spurious")
             if kind == "spurious" and gap > (self.config.max_missed + 1) * self._period + tol:
@@ -290,6 +303,15 @@ class BurstPredictor:
         # Reports the hypothesis did not foresee (spurious, or what forced a re-fit) cost agreement.
         self._agreement.append(1 if kind in ("match", "missed") else 0)
         return self._record(report, kind, round(predicted), round(error), before.confident)
+
+    def _between_rhythm(self, tol: float) -> bool:
+        """Do the last three reports between slots keep a rhythm of their own: one steady interval of at
+        least half a period (flights of one iteration come closer together than that)?"""
+        if len(self._between) < 3:
+            return False
+        a, b, c = self._between
+        steady = min(tol, self.config.min_tol_frac * self._period)
+        return abs((c - b) - (b - a)) <= steady and (c - b) >= 0.5 * self._period
 
     def _refit(self, t: int, kind: str) -> str:
         fit = fit_chain(self._times, (self._period,), self.config, self._tolerance() / self._period)

@@ -217,7 +217,12 @@ class WindowScheduler:
         segmenter = self._segments.setdefault(report.key, IterationSegmenter())
         if not segmenter.starts_iteration(report.t_us):
             forecast = self.bank.forecast(report.key, report.t_us)
-            return Observation(report, "sub-burst", None, None, False, forecast), []
+            # A short gap, but right where a confident rhythm expects its next start: a start after all
+            # (back to back, the last flight of one iteration can come just before the next begins).
+            in_slot = (forecast is not None and forecast.confident
+                       and abs(report.t_us - forecast.next_start_us) <= forecast.tolerance_us)
+            if not in_slot:
+                return Observation(report, "sub-burst", None, None, False, forecast), []
         self.planner.observe_start(report)
         observation = self.bank.record(report)
         changes = self._plan(report.key, observation.prediction, report.t_us)

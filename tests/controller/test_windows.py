@@ -224,3 +224,20 @@ def test_window_helpers():
     assert w.contains(100) and not w.contains(200) and w.length_us == 100
     assert w.overlaps(Window("s1", 2, 1, 199, 300)) and not w.overlaps(Window("s1", 2, 1, 200, 300))
     assert union_us([(0, 10), (5, 20), (30, 40)]) == 30
+
+
+def test_back_to_back_iterations_whose_flights_fill_the_period_keep_their_windows():
+    """Iterations every 600 ms whose TCP flights are reported at random moments over most of the period
+    (the back-to-back regime: no gap tells a flight from the next iteration's start). The reports
+    between the rhythm's slots are ignored, so after learning the windows still meet 90 % of the
+    iteration starts."""
+    rng = random.Random(29)
+    period = 600_000
+    starts = lattice(rng, 100, period, 0.01)
+    times = with_sub_bursts(rng, starts, flights=(2, 4), gap_us=(60_000, 180_000))
+    _, result = run(times, PlannerConfig(lead_us=20_000))
+    first = set(starts)
+    steps = [s for s in result.steps if s.observation.report.t_us in first][10:]
+    assert sum(s.covered for s in steps) >= 0.9 * len(steps)
+    kinds = [s.observation.kind for s in result.steps if s.observation.report.t_us not in first][20:]
+    assert sum(k in ("between", "sub-burst") for k in kinds) >= 0.9 * len(kinds)
