@@ -304,11 +304,17 @@ def sweep_folder(path: Path, paths: list[Path]) -> Path | None:
 
 def run_report(path: Path, baseline: str | None = None, include_untrusted: bool = False, markdown: bool = False,
                plots: bool = True, say=print) -> Report:
-    """`pcnlab report`: print the table; for a sweep, write report.md, summary.json and the sweep plots."""
+    """`pcnlab report`: print the table; for a sweep, write report.md, summary.json and the sweep plots.
+    Without a baseline, the one the sweep's summary.json names (the experiment file's `baseline:`)."""
     paths = run_folders(path)
+    folder = sweep_folder(path, paths)
+    if baseline is None and folder is not None and (folder / "summary.json").exists():
+        try:
+            baseline = json.loads((folder / "summary.json").read_text()).get("baseline")
+        except ValueError:
+            baseline = None
     report = build_report(paths, baseline, include_untrusted)
     say(format_report(report, markdown=markdown))
-    folder = sweep_folder(path, paths)
     if folder is None:
         return report
     written = write_report(folder, report)

@@ -107,6 +107,16 @@ def _cmd_calibrate(args) -> int:
 def _cmd_report(args) -> int:
     from pcnlab.experiments.report import run_report
 
+    if args.recompute:
+        from pcnlab.experiments.analysis import analyse_run
+        from pcnlab.experiments.fidelity import check_run
+        from pcnlab.results import load_run, run_folders
+
+        for folder in run_folders(Path(args.dir)):
+            if load_run(folder).status.get("status") == "finished":
+                print(f"recomputing {folder.name}", flush=True)
+                analyse_run(folder)
+                check_run(folder)
     run_report(Path(args.dir), baseline=args.baseline, include_untrusted=args.include_untrusted,
                markdown=args.markdown)
     return 0
@@ -179,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-untrusted", action="store_true", help="count runs whose fidelity check failed "
                    "(fidelity.json: trusted false); by default they are left out and counted")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--recompute", action="store_true", help="first compute every finished run's metrics, "
+                   "plots and fidelity verdict again from its files (after an update of the analysis)")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("export", help="a run's or an experiment's tables (pcnlab.results) as Parquet files")
