@@ -190,6 +190,7 @@ def test_pcn_host_marks_the_standing_queue_from_the_announcement_to_the_burst(ri
         with rig.queue_log() as (records, _):
             rig.blast("h1", 290)
             rig.blast("h2", 1, dscp=PCN_START_DSCP)
+            time.sleep(0.4)                   # about 40 packets leave between the announcement and the burst
             rig.blast("h2", 3)
             rig.drain(300 * 2)
     finally:

@@ -85,7 +85,8 @@ def test_generator_bursts_on_the_wire(run_folder, switch):
         announced = [p for p in packets if p.src == ip and p.proto == 17]
         assert len(announced) == iterations
         assert all(p.tos >> 2 == PCN_START_DSCP and p.dst == ps_ip and p.dport == port for p in announced)
-        assert all(a.t < start for a, (start, _) in zip(announced, seen))
+        assert all(a.t < start for a, (start, _) in zip(announced, seen)), \
+            [(round(a.t, 4), round(start, 4)) for a, (start, _) in zip(announced, seen)]
         assert all(p.tos >> 2 != PCN_START_DSCP for p in data)
         # ECN was negotiated: the data segments are ECN-capable (ECT(0) or ECT(1)).
         assert sum(p.tos & 3 in (1, 2) for p in data) > 0.9 * len(data)
