@@ -44,7 +44,9 @@ class _Payload:
 
     def send(self, sock: socket.socket, it: int, size: int) -> None:
         """Header and payload in one write: a burst's first segment is a full one, never a lone header
-        (which the switch would not count as the burst's start: it looks like a control message)."""
+        (which the switch would not count as the burst's start: it looks like a control message).
+        One thread at a time per object: pack_into zeroes the header before writing it, so another
+        thread's sendall of the same buffer could put a header of zeros on the wire."""
         if HEADER.size + size > len(self._out):
             self._out = memoryview(bytearray(HEADER.size + size))
         HEADER.pack_into(self._out, 0, it, size)
@@ -151,13 +153,13 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
     conns = accept_workers(cfg, log)
     ranks = sorted(conns)
     payloads = {r: _Payload(cfg.burst_bytes) for r in ranks}
-    reply = _Payload(_reply_bytes(cfg))
+    replies = {r: _Payload(_reply_bytes(cfg)) for r in ranks}  # answers go out at once: one buffer each
     with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
         for it in range(cfg.iterations):
             got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
             recv_end = max(end for _, _, end in got)
             send_start = time.monotonic_ns()
-            list(pool.map(lambda r: reply.send(conns[r], it, _reply_bytes(cfg)), ranks))
+            list(pool.map(lambda r: replies[r].send(conns[r], it, _reply_bytes(cfg)), ranks))
             send_end = time.monotonic_ns()
             log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
                           comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,

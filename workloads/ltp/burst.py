@@ -42,7 +42,7 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
     conns = accept_workers(cfg, log, before_go=listen)
     ranks = sorted(conns)
     server = servers[0]
-    reply = _Payload(_reply_bytes(cfg))
+    replies = {r: _Payload(_reply_bytes(cfg)) for r in ranks}  # answers go out at once: one buffer each
     try:
         with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
             for it in range(cfg.iterations):
@@ -51,7 +51,7 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
                 stats = closed.stats
                 server.release(it)
                 send_start = time.monotonic_ns()
-                list(pool.map(lambda r: reply.send(conns[r], it, _reply_bytes(cfg)), ranks))
+                list(pool.map(lambda r: replies[r].send(conns[r], it, _reply_bytes(cfg)), ranks))
                 send_end = time.monotonic_ns()
                 log.iteration(iter=it, compute_start_ns=send_start, compute_end_ns=send_start,
                               comm_start_ns=stats["ltp_first_ns"] or comm_start, comm_end_ns=send_end,
