@@ -1,7 +1,7 @@
 """PCN-START announcements (the PCN paper's, for the data plane's `pcn-host` mode), shared by the burst
 generator and the PyTorch workers: one small UDP datagram with DSCP PCN_START_DSCP to the burst's
-destination (the PS, or the ring successor) on the job's port number, about one smoothed RTT before
-the burst; and, on the receiving side, a listener that absorbs (and logs) them, so they cost the
+destination (the PS, or the ring successor) on the job's port number, about two smoothed RTTs before
+the burst (`default_lead_us`); and, on the receiving side, a listener that absorbs (and logs) them, so they cost the
 receiver no ICMP port-unreachable. The datagram's payload is JSON: {"job", "rank", "iter", "bytes",
 "lead_us"}. See netutil.PCN_START_DSCP.
 
@@ -21,6 +21,16 @@ from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import PCN_START_TOS, tcp_info
 
 DEFAULT_LEAD_US = 1000.0   # when no connection to the destination tells its RTT yet
+LEAD_RTTS = 2              # the default lead, in smoothed RTTs of the connection to the destination
+
+
+def default_lead_us(srtt_us: float | None) -> float:
+    """How far ahead to announce when the job does not say: two smoothed RTTs. The marks K_pre sets at
+    the announcement reach the background's senders and their slower sending reaches the switch about
+    one RTT later; the standing queue then drains to K_pre. In the paper's regime (pcn-host-lead.yaml,
+    README "Measured here") one RTT (about 25 ms) left the bursts a start queue of 19 packets, 50 ms
+    (two) 10.5, 100 ms no less (10.4) but K_pre held twice as long."""
+    return LEAD_RTTS * srtt_us if srtt_us else DEFAULT_LEAD_US
 
 
 def announce_socket() -> socket.socket:
@@ -92,7 +102,7 @@ def peer_srtt_us(addr: str) -> float | None:
 
 class Announcer:
     """A PyTorch worker's announcements: before each iteration's communication phase, one PCN-START to
-    each destination, one lead ahead (`lead_us`, or 0: the smoothed RTT of gloo's connection there)."""
+    each destination, one lead ahead (`lead_us`, or 0: `default_lead_us` of gloo's connection there)."""
 
     def __init__(self, log: JsonLog, destinations: list[str], port: int, job: str, rank: int, nbytes: int,
                  lead_us: float = 0.0):
@@ -108,7 +118,7 @@ class Announcer:
         if self.fixed_lead_us:
             return self.fixed_lead_us
         rtts = [r for r in (peer_srtt_us(d) for d in self.destinations) if r]
-        return float(max(rtts)) if rtts else DEFAULT_LEAD_US
+        return float(default_lead_us(max(rtts) if rtts else None))
 
     def before(self, comm_start_ns: int, it: int) -> int:
         """Sleep until one lead before `comm_start_ns` (not at all when that is past), then announce

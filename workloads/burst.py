@@ -28,7 +28,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pcnlab.workloads.announce import announce_socket, send_announcement, start_listener
+from pcnlab.workloads.announce import announce_socket, default_lead_us, send_announcement, start_listener
 from pcnlab.workloads.config import BurstConfig, as_dict, parse_config
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, set_cc, tcp_info
@@ -138,7 +138,7 @@ def _wait_and_announce(cfg, log, pacer, udp, data_sock, dst, it, answered_ns) ->
     start = pacer.next_start(it, answered_ns)
     announced = None
     if udp is not None:
-        lead_us = cfg.pcn_lead_us or tcp_info(data_sock).get("srtt_us", 0) or 1000
+        lead_us = cfg.pcn_lead_us or default_lead_us(tcp_info(data_sock).get("srtt_us"))
         _sleep_until(start - int(lead_us * 1e3))
         announced = _announce(cfg, log, udp, dst, it, lead_us)
     _sleep_until(start)

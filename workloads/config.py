@@ -47,7 +47,7 @@ class TrainConfig:
     addr: str = ""                   # this rank's address (where it absorbs PCN-START datagrams)
     peers: str = ""                  # every rank's address in rank order, comma-separated
     pcn_start: bool = False          # announce each iteration's communication one RTT ahead (PCN_START_DSCP)
-    pcn_lead_us: float = 0.0         # the lead; 0 = the smoothed RTT of gloo's connection to the destination
+    pcn_lead_us: float = 0.0         # the lead; 0 = two smoothed RTTs of gloo's connection there
     transport: str = "tcp"           # ps: gradients over gloo's TCP (tcp) or LTP datagrams (ltp: workloads/ltp)
     ltp_port: int = 0                # ltp: shard s listens on UDP ltp_port + s (0: master_port + 1)
     ltp_deadline_ms: float = 500.0   # ltp: an iteration closes at the latest this long after its first datagram
@@ -80,7 +80,7 @@ class BurstConfig:
     compute_ms: float = 0.0          # the gap between the answer and the next burst
     cc: str = ""                     # TCP congestion control of the data sockets ("" = the host's default)
     pcn_start: bool = False          # announce every burst one RTT ahead (DSCP PCN_START_DSCP)
-    pcn_lead_us: float = 0.0         # the lead; 0 = the connection's smoothed RTT
+    pcn_lead_us: float = 0.0         # the lead; 0 = two of the connection's smoothed RTTs
     transport: str = "tcp"           # ps pattern: bursts over TCP, or LTP datagrams (ltp; answers stay on TCP)
     ltp_port: int = 0                # ltp: the PS's UDP port (0: port + 1)
     ltp_deadline_ms: float = 500.0

@@ -51,7 +51,7 @@ class JobSpec:
     period_ms: float = 0.0
     jitter_ms: float = 0.0
     pcn_start: bool = False          # every job kind: announce each burst (PCN-START) one lead ahead
-    pcn_lead_us: float = 0.0         # 0: one smoothed RTT
+    pcn_lead_us: float = 0.0         # 0: two smoothed RTTs (announce.default_lead_us)
     # PyTorch jobs: gradient compression (codecs.py; adaptive: netsense.py)
     compression: str = "none"
     compression_ratio: float = DEFAULT_RATIO   # topk, randk: the share of values kept

@@ -269,7 +269,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("pcn_start", "autobool", "auto", "announce each burst one RTT ahead (DSCP PCN-START) for pcn-host "
             "(ps, ring: each worker's gradients, to the PS or its ring successor, before each iteration's "
             "communication); auto: on in pcn-host runs only"),
-        Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: one smoothed RTT)",
+        Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: two smoothed RTTs)",
             unit="us", min=0, max=MAX_BURST_GAP_US),
         Key("burst_gap_us", "int", 10_000, "G: a data packet of the job after this much silence on a switch "
             "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),

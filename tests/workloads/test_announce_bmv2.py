@@ -1,7 +1,7 @@
 """PyTorch workers announce their gradients (PCN-START) on real BMv2: a pcn-host run of a digits-mlp
 parameter server whose every worker iteration is announced to the PS, seen by the switch as an
 announcement (the telemetry record's flag) of the job at the PS's port, ahead of that iteration's
-first gradient packet, one smoothed RTT of gloo's own connection ahead."""
+first gradient packet, two smoothed RTTs of gloo's own connection ahead."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_pytorch_workers_announce_each_iteration_to_the_switch(tmp_path):
         sent = [r for r in log if r.get("type") == "announce"]
         its = [r for r in log if r.get("type") == "iteration"]
         assert [r["iter"] for r in sent] == list(range(ITERATIONS))
-        # The lead is gloo's connection's smoothed RTT (found among the worker's own sockets).
+        # The lead is two smoothed RTTs of gloo's connection (found among the worker's own sockets).
         assert all(r["lead_us"] != 1000 and 100 < r["lead_us"] < 200_000 for r in sent), sent
         seen = announced[announced["src"] == worker].sort_values("ingress_ns")["ingress_ns"].to_numpy()
         mine = data[data["src"] == worker]
