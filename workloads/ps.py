@@ -25,7 +25,7 @@ from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.config import TRANSPORTS, TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
 from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
-                                       peers, run_main, setup_process, timed_compute, unflatten_into)
+                                       offsets, peers, run_main, setup_process, timed_compute, unflatten_into)
 
 
 def shard_of_params(sizes: list[int], shards: int) -> list[list[int]]:
@@ -95,7 +95,7 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
         with torch.no_grad():
             avg = torch.stack([buffers[w] for w in workers]).mean(0)
             grads = [g.clone() for g in (avg[o:o + p.numel()].view_as(p)
-                                         for o, p in zip(_offsets(own), own))]
+                                         for o, p in zip(offsets(own), own))]
         for p, g in zip(own, grads):
             p.grad = g
         optimizer.step()
@@ -117,14 +117,6 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
                       params_sha=digest(own), **held_out_accuracy(cfg, model, test, it),
                       **comp.record(level, (step_end - recv_end) / 1e9, (comm_end - comm_start) / 1e9, nbytes,
                                     recv_bytes))
-
-
-def _offsets(tensors) -> list[int]:
-    offsets, o = [], 0
-    for t in tensors:
-        offsets.append(o)
-        o += t.numel()
-    return offsets
 
 
 def _task(cfg: TrainConfig) -> Task | None:

@@ -88,6 +88,15 @@ def flat(tensors) -> "object":
     return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.zeros(0)
 
 
+def offsets(tensors) -> list[int]:
+    """Where each tensor starts in `flat(tensors)`."""
+    out, o = [], 0
+    for t in tensors:
+        out.append(o)
+        o += t.numel()
+    return out
+
+
 def unflatten_into(buffer, tensors) -> None:
     offset = 0
     for t in tensors:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pcnlab.experiments.config.convert import error, first_where, fmt, mapping, value_of
+from pcnlab.experiments.config.convert import error, first_where, fmt, list_section, mapping, value_of
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, SwitchConfig, TopologyConfig
 from pcnlab.experiments.config.schema import link_limit, section_keys
 from pcnlab.experiments.schedule import Change, problems
@@ -22,16 +22,15 @@ def _flow_names(name: str, flows: tuple[BackgroundFlowConfig, ...]) -> tuple[str
 
 def schedule(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig,
              background: tuple[BackgroundFlowConfig, ...], duration_s: float) -> tuple[Change, ...]:
-    if raw is None or raw.value is None:
+    items = list_section(raw, "schedule", "changes (each item `- at_s: ... link: s1-h1 bw: ...` or "
+                                           "`- at_s: ... start: <flow>`)")
+    if items is None:
         return ()
-    if not raw.is_list:
-        raise error(raw.where, "schedule", f"expected a list of changes (each item `- at_s: ... link: s1-h1 "
-                                           f"bw: ...` or `- at_s: ... start: <flow>`), got {fmt(raw.value)}")
     keys = section_keys("schedule")
     limit, why = link_limit(switch)
     changes: list[Change] = []
     wheres: list[tuple[Where, dict[str, Raw]]] = []
-    for index, item in enumerate(raw.value):
+    for index, item in enumerate(items):
         path = f"schedule.{index}"
         if not item.is_map:
             raise error(item.where, path, f"expected a mapping (at_s: ..., link: ..., bw: ...), got {fmt(item.value)}")

@@ -19,6 +19,15 @@ def error(where: Where, path: str, message: str) -> UsageError:
     return UsageError(f"{where}: {path}{tag}: {message}" if path else f"{where}: {message}")
 
 
+def list_section(raw, section: str, shape: str) -> list | None:
+    """A top-level list section's items (None when absent or empty); `shape` shows one item."""
+    if raw is None or raw.value is None:
+        return None
+    if not raw.is_list:
+        raise error(raw.where, section, f"expected a list of {shape}, got {fmt(raw.value)}")
+    return raw.value
+
+
 def suggest(word: str, options: Iterable[str]) -> str:
     options = list(options)
     lowered = {o.lower(): o for o in options}

@@ -5,7 +5,7 @@ pair, named."""
 from __future__ import annotations
 
 from pcnlab.controller.dataplane import MAX_JOB_ID
-from pcnlab.experiments.config.convert import convert, error, first_where, fmt, mapping, suggest, value_of
+from pcnlab.experiments.config.convert import convert, error, first_where, fmt, list_section, mapping, suggest, value_of
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
 from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
 from pcnlab.experiments.yamlpos import Raw
@@ -55,16 +55,14 @@ def resolve_hosts(raw: Raw, path: str, topology: TopologyConfig, allow_count: bo
 
 
 def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[JobConfig, ...]:
-    if raw is None or raw.value is None:
+    items = list_section(raw, "jobs", f"jobs (each item `- kind: {'|'.join(JOB_KINDS)} ...`)")
+    if items is None:
         return ()
-    if not raw.is_list:
-        raise error(raw.where, "jobs", f"expected a list of jobs (each item `- kind: {'|'.join(JOB_KINDS)} ...`), "
-                                       f"got {fmt(raw.value)}")
-    if len(raw.value) > MAX_JOB_ID:
-        raise error(raw.where, "jobs", f"{len(raw.value)} jobs; the data plane tells at most {MAX_JOB_ID} apart")
+    if len(items) > MAX_JOB_ID:
+        raise error(raw.where, "jobs", f"{len(items)} jobs; the data plane tells at most {MAX_JOB_ID} apart")
     keys = section_keys("jobs")
     out: list[JobConfig] = []
-    for index, item in enumerate(raw.value):
+    for index, item in enumerate(items):
         path = f"jobs.{index}"
         if not item.is_map:
             raise error(item.where, path, f"expected a mapping (kind: ..., workers: ...), got {fmt(item.value)}")
@@ -193,15 +191,13 @@ def _placement(item: Raw, present: dict[str, Raw], path: str, kind: str, pattern
 
 
 def flows(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig) -> tuple[BackgroundFlowConfig, ...]:
-    if raw is None or raw.value is None:
+    items = list_section(raw, "background", "flows (each item `- src: ... dst: ...`)")
+    if items is None:
         return ()
-    if not raw.is_list:
-        raise error(raw.where, "background", f"expected a list of flows (each item `- src: ... dst: ...`), "
-                                             f"got {fmt(raw.value)}")
     keys = section_keys("background")
     limit, why = link_limit(switch)
     out: list[BackgroundFlowConfig] = []
-    for index, item in enumerate(raw.value):
+    for index, item in enumerate(items):
         path = f"background.{index}"
         if not item.is_map:
             raise error(item.where, path, f"expected a mapping (src: ..., dst: ...), got {fmt(item.value)}")

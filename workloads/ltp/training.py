@@ -42,7 +42,8 @@ from pcnlab.workloads.ltp.fill import bubble_fill
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
-from pcnlab.workloads.training import digest, flat, held_out_accuracy, peers, timed_compute, unflatten_into
+from pcnlab.workloads.training import (digest, flat, held_out_accuracy, offsets, peers, timed_compute,
+                                       unflatten_into)
 
 PARAMS_WINDOW = 64     # chunks of parameters a PS sends a worker before waiting for acknowledgements
 
@@ -59,14 +60,6 @@ def params_port(cfg, shard: int) -> int:
 
 def _tags(cfg) -> tuple[int, int]:
     return job_tag(cfg.job, cfg.master_port), job_tag(f"{cfg.job}/parameters", cfg.master_port)
-
-
-def _offsets(tensors) -> list[int]:
-    offsets, o = [], 0
-    for t in tensors:
-        offsets.append(o)
-        o += t.numel()
-    return offsets
 
 
 def serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test) -> None:
@@ -93,7 +86,7 @@ def serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test
             with torch.no_grad():
                 filled = bubble_fill(closed.grad, closed.mask, layout)
                 grads = [g.clone() for g in (filled.average[o:o + p.numel()].view_as(p)
-                                             for o, p in zip(_offsets(own), own))]
+                                             for o, p in zip(offsets(own), own))]
             stats = closed.stats
             server.release(it)
             for p, g in zip(own, grads):
