@@ -121,3 +121,18 @@ def fit_chain(times: Sequence[int], candidates: Iterable[float], cfg: PredictorC
                     abs(score - best.score) <= 1e-9 and points[-1][1] > best.anchor_us):
                 best = ChainFit(p, score, tuple(points))
     return best
+
+
+def fit_fraction(times: Sequence[int], period: float, cfg: PredictorConfig, tol_frac: float) -> ChainFit | None:
+    """A chain of the recent report times at a half, third or quarter of `period`, if one fits them (a
+    rhythm learned at a multiple of the job's period) that explains three quarters of them at least;
+    None when the best chain is another period or leaves more unexplained (sub-bursts scattered
+    between the slots make chains at any period)."""
+    times = list(times)
+    fractions = [period / k for k in (2, 3, 4)]
+    fit = fit_chain(times, fractions, cfg, tol_frac)
+    if fit is None or fit.score < cfg.min_fit_score or len(fit.points) < 0.75 * len(times):
+        return None
+    if not any(abs(fit.period_us - f) <= cfg.min_tol_frac * f for f in fractions):
+        return None
+    return fit

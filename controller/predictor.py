@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from pcnlab.controller.chainfit import ChainFit, fit_chain, line_fit
+from pcnlab.controller.chainfit import ChainFit, fit_chain, fit_fraction, line_fit
 
 
 class BurstKey(NamedTuple):
@@ -106,6 +106,7 @@ class PredictorConfig:
     min_tol_us: float = 200.0     # and never below this (report timing itself is not exact)
     fit_tol_frac: float = 0.2     # link tolerance when re-fitting without a jitter estimate
     max_missed: int = 1           # missed reports tolerated in a row; more means the job paused
+    between_window: int = 6       # two thirds of this many reports between the slots: re-fit the rhythm
     min_period_us: int = 1000     # shorter intervals are not iterations (the switch's G is about 2 ms)
     support_links: int = 3        # matched intervals for full support (2 give 0.67: enough to arm)
     regularity_scale: float = 0.15  # jitter of this share of the period halves the confidence
@@ -141,6 +142,7 @@ class BurstPredictor:
         self._outcomes: deque[int] = deque(maxlen=cfg.outcomes)
         self._agreement: deque[int] = deque(maxlen=cfg.outcomes)  # 1 per recent report that matched
         self._between: deque[int] = deque(maxlen=3)  # recent reports between the slots of a confident rhythm
+        self._kinds: deque[str] = deque(maxlen=cfg.between_window)  # what the latest reports were
         self._period: float | None = None
         self._support = 0
         self._cache: tuple[bool, float, float, float] | None = None
@@ -290,10 +292,21 @@ class BurstPredictor:
             # between the slots keep a rhythm of their own (a period halved: every other new start falls
             # on an old slot, so no slot goes empty); then the reports are fitted afresh.
             self._between.append(t)
-            if not self._between_rhythm(tol):
+            if self._between_dominates():
+                # Most recent reports fall between the slots: the rhythm may be a multiple of the true
+                # period (learned from reports before the job's iterations began, e.g. its ranks starting
+                # one by one). Adopt a chain of the recent reports at a half, third or quarter of it, if
+                # one fits; sub-bursts scattered over the period (back-to-back iterations) fit none.
+                self._kinds.clear()
+                if not self._refit_fraction():
+                    return self._record(report, "between", None, None, False)
+                self._between.clear()
+                kind = "refit"
+            elif not self._between_rhythm(tol):
                 return self._record(report, "between", None, None, False)
-            self._between.clear()
-            kind = self._refit(t, "spurious")
+            else:
+                self._between.clear()
+                kind = self._refit(t, "spurious")
         else:
             kind = self._refit(t, "spurious")
             if kind == "spurious" and gap > (self.config.max_missed + 1) * self._period + tol:
@@ -303,6 +316,17 @@ class BurstPredictor:
         # Reports the hypothesis did not foresee (spurious, or what forced a re-fit) cost agreement.
         self._agreement.append(1 if kind in ("match", "missed") else 0)
         return self._record(report, kind, round(predicted), round(error), before.confident)
+
+    def _refit_fraction(self) -> bool:
+        fit = fit_fraction(self._times, self._period, self.config, self._tolerance() / self._period)
+        if fit is not None:
+            self._adopt(fit)
+        return fit is not None
+
+    def _between_dominates(self) -> bool:
+        """Were two thirds of the latest reports between the slots?"""
+        window = self.config.between_window
+        return len(self._kinds) == window and sum(k == "between" for k in self._kinds) >= 2 * window / 3
 
     def _between_rhythm(self, tol: float) -> bool:
         """Do the last three reports between slots keep a rhythm of their own: one steady interval of at
@@ -360,6 +384,7 @@ class BurstPredictor:
     def _record(self, report: BurstReport, kind: str, predicted: int | None, error: int | None,
                 was_confident: bool) -> Observation:
         self._count(kind)
+        self._kinds.append(kind)
         return Observation(report, kind, predicted, error, was_confident, self.forecast(report.t_us))
 
 

@@ -212,3 +212,30 @@ def test_error_record_is_actual_minus_predicted():
     obs = feed(BurstPredictor(KEY), times)
     assert obs[-1].error_us == pytest.approx(3_000, abs=50)
     assert obs[-1].predicted_us == pytest.approx(times[-1] - 3_000, abs=50)
+
+
+def test_a_rhythm_learned_at_a_multiple_of_the_period_is_given_up():
+    """PyTorch ranks start one by one (~880 ms apart here) and each start reaches the PS's port as a
+    burst: three such reports teach a period three times the iterations' (~290 ms, renewal, 8 %
+    jitter). Every third iteration then falls on a slot and the others between: most reports being
+    between the slots, the rhythm is re-fitted at a third, and the iterations are predicted."""
+    rng = random.Random(13)
+    startup = [T0, T0 + 880_000, T0 + 1_760_000]
+    iterations = renewal(rng, 60, 290_000, jitter=0.08, t0=startup[-1] + 870_000)
+    predictor = BurstPredictor(KEY)
+    obs = feed(predictor, startup + iterations)
+    assert abs(predictor.period_us - 290_000) < 0.1 * 290_000
+    late = obs[3 + 20:]
+    assert sum(o.kind == "between" for o in late) <= 2
+    assert sum(o.was_confident and o.kind == "match" for o in late) >= 0.8 * len(late)
+
+
+def test_sub_bursts_between_the_slots_keep_the_rhythm():
+    """Back-to-back iterations: flights of each iteration reported between the slots at scattered
+    times are no rhythm of a half, third or quarter of the period: the period stays."""
+    rng = random.Random(14)
+    starts = lattice(rng, 40, 600_000, jitter=0.01)
+    times = sorted(starts + [s + rng.randint(150_000, 450_000) for s in starts[3:] for _ in range(2)])
+    predictor = BurstPredictor(KEY)
+    feed(predictor, times)
+    assert abs(predictor.period_us - 600_000) < 0.05 * 600_000
