@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pcnlab.experiments.config.convert import error, first_where, fmt, list_section, mapping, value_of
+from pcnlab.experiments.config.convert import error, first_where, fmt, list_section, mapped_items, value_of
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, SwitchConfig, TopologyConfig
 from pcnlab.experiments.config.schema import link_limit, section_keys
 from pcnlab.experiments.schedule import Change, problems
@@ -30,11 +30,7 @@ def schedule(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig,
     limit, why = link_limit(switch)
     changes: list[Change] = []
     wheres: list[tuple[Where, dict[str, Raw]]] = []
-    for index, item in enumerate(items):
-        path = f"schedule.{index}"
-        if not item.is_map:
-            raise error(item.where, path, f"expected a mapping (at_s: ..., link: ..., bw: ...), got {fmt(item.value)}")
-        present = mapping(item, path, "schedule", keys)
+    for path, item, present in mapped_items(items, "schedule", keys, "at_s: ..., link: ..., bw: ..."):
         if "at_s" not in present:
             raise error(item.where, path, "missing key 'at_s': when the change happens, in seconds after the "
                                           "jobs start")

@@ -28,6 +28,16 @@ def list_section(raw, section: str, shape: str) -> list | None:
     return raw.value
 
 
+def mapped_items(items: list, section: str, keys, shape: str):
+    """(path, item, its keys present) for each item of a list section, each checked to be a mapping of
+    the section's keys; `shape` shows one."""
+    for index, item in enumerate(items):
+        path = f"{section}.{index}"
+        if not item.is_map:
+            raise error(item.where, path, f"expected a mapping ({shape}), got {fmt(item.value)}")
+        yield path, item, mapping(item, path, section, keys)
+
+
 def suggest(word: str, options: Iterable[str]) -> str:
     options = list(options)
     lowered = {o.lower(): o for o in options}

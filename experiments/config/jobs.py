@@ -5,7 +5,8 @@ pair, named."""
 from __future__ import annotations
 
 from pcnlab.controller.dataplane import MAX_JOB_ID
-from pcnlab.experiments.config.convert import convert, error, first_where, fmt, list_section, mapping, suggest, value_of
+from pcnlab.experiments.config.convert import (convert, error, first_where, fmt, list_section, mapped_items, suggest,
+                                                value_of)
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
 from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
 from pcnlab.experiments.yamlpos import Raw
@@ -62,11 +63,7 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
         raise error(raw.where, "jobs", f"{len(items)} jobs; the data plane tells at most {MAX_JOB_ID} apart")
     keys = section_keys("jobs")
     out: list[JobConfig] = []
-    for index, item in enumerate(items):
-        path = f"jobs.{index}"
-        if not item.is_map:
-            raise error(item.where, path, f"expected a mapping (kind: ..., workers: ...), got {fmt(item.value)}")
-        present = mapping(item, path, "jobs", keys)
+    for index, (path, item, present) in enumerate(mapped_items(items, "jobs", keys, "kind: ..., workers: ...")):
         if "kind" not in present:
             raise error(item.where, path, f"missing key 'kind'; choose one of {', '.join(JOB_KINDS)}")
         kind = convert(keys["kind"], present["kind"], f"{path}.kind")
@@ -197,11 +194,7 @@ def flows(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig) -> tu
     keys = section_keys("background")
     limit, why = link_limit(switch)
     out: list[BackgroundFlowConfig] = []
-    for index, item in enumerate(items):
-        path = f"background.{index}"
-        if not item.is_map:
-            raise error(item.where, path, f"expected a mapping (src: ..., dst: ...), got {fmt(item.value)}")
-        present = mapping(item, path, "background", keys)
+    for path, item, present in mapped_items(items, "background", keys, "src: ..., dst: ..."):
         for required in ("src", "dst"):
             if required not in present:
                 raise error(item.where, path, f"missing key {required!r}; give a host or a role "
