@@ -73,7 +73,9 @@ def gradient_delivery(table: pd.DataFrame) -> dict:
     return {"gradient_fraction": float(ltp["bytes_recv"].sum() / ltp["gradient_bytes"].sum()),
             "gradient_fraction_min": float(ltp["delivered_fraction"].min()),
             "early_close": {str(k): int(v) for k, v in closes.items() if k != "complete"},
-            "bytes_lost": int(ltp["bytes_lost"].sum()), "bytes_filled": int(ltp["bytes_filled"].sum())}
+            "bytes_lost": int(ltp["bytes_lost"].sum()),
+            # the generator's LTP PS has no model to fill: it logs no bytes_filled
+            "bytes_filled": int(ltp["bytes_filled"].sum()) if "bytes_filled" in ltp else 0}
 
 
 def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] | None) -> dict:

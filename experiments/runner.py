@@ -14,7 +14,7 @@ import yaml
 
 from pcnlab.controller.dataplane import read_port_counters
 from pcnlab.controller.events import EventLog
-from pcnlab.errors import PcnLabError
+from pcnlab.errors import AnalysisFailed, PcnLabError
 from pcnlab.experiments.config.runs import Experiment, RunConfig
 from pcnlab.experiments.control import start_controller
 from pcnlab.experiments.provenance import versions
@@ -203,8 +203,14 @@ class ExperimentRunner:
                     (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
                     (folder.path / "versions.json").write_text(json.dumps(versions(), indent=1))
                     RunExecution(run, folder, self.say).execute()
-                    outcome.metrics = analyse_run(folder.path)
-                    outcome.fidelity = check_run(folder.path)
+                    try:
+                        outcome.metrics = analyse_run(folder.path)
+                        outcome.fidelity = check_run(folder.path)
+                    except Exception as exc:  # noqa: BLE001 -- a defect in reading one run loses neither it nor the sweep
+                        raise AnalysisFailed(
+                            f"analysing its files failed ({type(exc).__name__}: {exc}); please report it. "
+                            f"The files are kept: pcnlab report {folder.path.parent} --recompute reads them "
+                            "again") from exc
                     folder.finish({"metrics": "metrics.json"})
             except KeyboardInterrupt:
                 outcome.status, outcome.error = "aborted", "stopped by Ctrl-C"

@@ -25,5 +25,9 @@ class PortInUse(UsageError):
     """A TCP port that was asked for is already taken."""
 
 
+class AnalysisFailed(PcnLabError):
+    """A run finished but reading its files failed (a defect of ours): the files are kept."""
+
+
 class P4CompileError(PcnLabError):
     """p4c rejected the program."""

@@ -160,3 +160,29 @@ def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path, stop):
     assert ledger.processes and not [p for p in ledger.processes if is_running(p.pid, p.start_time)]
     assert not [n for n in ledger.namespaces if is_running(n.pid, n.start_time)]
     assert json.loads((earlier / "status.json").read_text())["status"] == "finished"
+
+
+def test_a_failing_analysis_keeps_the_run_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """A defect in reading one run's files (here: the analysis raises) fails that run with one line
+    saying so and how to read it again; its files stay, and the next run of the sweep still runs."""
+    from pcnlab.experiments import analysis
+    from pcnlab.experiments.config import load_experiment
+    from pcnlab.experiments.runner import ExperimentRunner
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY.format(duration=5))
+    real = analysis.analyse_run
+
+    def broken(path, *args, **kwargs):
+        if "mode=ecn" in str(path):
+            raise KeyError("bytes_filled")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(analysis, "analyse_run", broken)
+    said: list[str] = []
+    outcomes = ExperimentRunner(load_experiment(spec, []), tmp_path / "results", say=said.append).run_all()
+    assert [o.status for o in outcomes] == ["failed", "finished"]
+    assert "analysing its files failed (KeyError: 'bytes_filled')" in outcomes[0].error
+    assert "--recompute" in outcomes[0].error
+    assert (outcomes[0].path / "events.jsonl").is_file() and (outcomes[0].path / "queue-s1.csv").is_file()
+    assert json.loads((outcomes[0].path / "status.json").read_text())["status"] == "failed"

@@ -43,3 +43,17 @@ def test_no_accuracy_without_a_real_model(tmp_path):
     out = training_metrics(RunData(tmp_path))
     assert out["iteration_ms"]["mean"] == 1.0
     assert not {"loss_first", "accuracy_final"} & set(out)
+
+
+def test_gradient_delivery_of_a_generator_over_ltp(tmp_path):
+    """The burst generator's LTP PS has no model: it logs what arrived and how each iteration closed,
+    but no bytes_filled. The figures come out (fills 0), and a run's analysis does not fail on it."""
+    folder = tmp_path / "jobs" / "gen"
+    folder.mkdir(parents=True)
+    records = [{"iter": i, "compute_start_ns": i * 10**8, "delivered_fraction": frac, "bytes_recv": got,
+                "gradient_bytes": 1000, "bytes_lost": 1000 - got, "ltp_close": close}
+               for i, (frac, got, close) in enumerate([(1.0, 1000, "complete"), (0.9, 900, "threshold")])]
+    _log(folder / "ps0-h1.jsonl", "ps", 0, "h1", records)
+    out = training_metrics(RunData(tmp_path))
+    assert out["gradient_fraction"] == 1900 / 2000 and out["gradient_fraction_min"] == 0.9
+    assert out["early_close"] == {"threshold": 1} and out["bytes_lost"] == 100 and out["bytes_filled"] == 0
