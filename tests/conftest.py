@@ -55,3 +55,17 @@ def run_folder(tmp_path, request):
 
     with RunFolder.create(tmp_path / "results", "test", request.node.name[:60]) as run:
         yield run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_machine_calibration(tmp_path_factory):
+    """Tests judge fidelity against the defaults, not against whatever `pcnlab calibrate` last wrote on
+    this machine (a calibrated idle lag of 63 µs instead of the default 100 µs turned a passing run
+    untrusted); a test that wants a calibration sets PCNLAB_CALIBRATION itself."""
+    saved = os.environ.get("PCNLAB_CALIBRATION")
+    os.environ["PCNLAB_CALIBRATION"] = str(tmp_path_factory.mktemp("calibration") / "none.json")
+    yield
+    if saved is None:
+        os.environ.pop("PCNLAB_CALIBRATION", None)
+    else:
+        os.environ["PCNLAB_CALIBRATION"] = saved

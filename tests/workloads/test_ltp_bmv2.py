@@ -36,7 +36,9 @@ WORKERS = ("h2", "h3", "h4")
 EPHEMERAL = 32768          # Linux's first ephemeral port: the launcher's ports (from FIRST_PORT) lie below
 RATE_PPS = 826             # 10 Mbit/s of full frames at the PS's port
 DEEP, TINY = 300, 3        # packets: no loss for 3 workers' 81 datagrams; loss at every iteration
-DEADLINE_MS = 250
+DEADLINE_MS = 250          # the lossy port's: every iteration must close by then
+CLEAN_DEADLINE_MS = 3000   # the clean port's: long, so only a lost datagram could close one early (a
+                           # rank of four PyTorch processes on 2 cores can start an iteration 250 ms late)
 LR = 0.2
 
 
@@ -73,10 +75,11 @@ def _ddl(counters: dict, port: int) -> dict[str, int]:
     return {k: counters.get((port, "ddl", k), (0, 0))[0] for k in ("to_queue", "tx", "dropped")}
 
 
-def _job(run, net, name: str, transport: str, iterations: int, dump: bool = False):
+def _job(run, net, name: str, transport: str, iterations: int, dump: bool = False,
+         deadline_ms: float = DEADLINE_MS):
     spec = JobSpec(name=name, kind="ps", servers=("h1",), workers=WORKERS, iterations=iterations,
                    model="digits-mlp", batch=32, lr=LR, eval_every=iterations, compute_ms=10, dump_tensors=dump,
-                   transport=transport, ltp_deadline_ms=DEADLINE_MS, timeout_s=60)
+                   transport=transport, ltp_deadline_ms=deadline_ms, timeout_s=60)
     return Workloads(run.path, net=net, ledger=run.ledger).start_job(spec).wait(timeout=180)
 
 
@@ -92,10 +95,12 @@ def test_ltp_through_bmv2_clean_then_lossy():
         # --- a clean port: every byte, and TCP's parameters bit for bit --------------------------------
         tcp = _job(run, net, "clean-tcp", "tcp", 6, dump=True)
         before = _ddl(counters(), port)
-        ltp = _job(run, net, "clean-ltp", "ltp", 6, dump=True)
+        ltp = _job(run, net, "clean-ltp", "ltp", 6, dump=True, deadline_ms=CLEAN_DEADLINE_MS)
         after = _ddl(counters(), port)
         ps = ltp.records("ps0")
-        assert all(r["delivered_fraction"] == 1.0 and r["early_close"] is None for r in ps)
+        assert all(r["delivered_fraction"] == 1.0 and r["early_close"] is None for r in ps), \
+            [{k: r.get(k) for k in ("iter", "delivered_fraction", "early_close", "ltp_close", "ltp_duplicates",
+                                    "ltp_transmissions_seen", "ltp_counters")} for r in ps]
         assert [r["params_sha"] for r in ps] == [r["params_sha"] for r in tcp.records("ps0")]
         a, b = load(tcp.folder / "tensors", "ps0_it5_param"), load(ltp.folder / "tensors", "ps0_it5_param")
         assert all(torch.equal(a[k], b[k]) for k in a)
