@@ -87,6 +87,9 @@ class RunFolder:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             reason = "aborted" if exc_type is KeyboardInterrupt else "failed"
-            self._status(reason, {"error": str(exc) or exc_type.__name__})
+            extra = {"error": str(exc) or exc_type.__name__}
+            if getattr(exc_type, "run_complete", False):
+                extra["analysis_failed"] = True   # the run itself completed: `report --recompute` retries
+            self._status(reason, extra)
         self.ledger.close()
         give_back(*self.owned)    # finished, failed or stopped: the whole run folder is the user's

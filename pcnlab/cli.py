@@ -110,13 +110,18 @@ def _cmd_report(args) -> int:
     if args.recompute:
         from pcnlab.experiments.analysis import analyse_run
         from pcnlab.experiments.fidelity import check_run
+        from pcnlab.experiments.rundir import write_status
         from pcnlab.results import load_run, run_folders
 
         for folder in run_folders(Path(args.dir)):
-            if load_run(folder).status.get("status") == "finished":
+            status = load_run(folder).status
+            retry = status.get("status") == "failed" and status.get("analysis_failed")
+            if status.get("status") == "finished" or retry:
                 print(f"recomputing {folder.name}", flush=True)
                 analyse_run(folder)
                 check_run(folder)
+                if retry:  # the run had completed; only reading it had failed
+                    write_status(folder, "finished", {"metrics": "metrics.json", "analysis_failed": False, "error": None})
     run_report(Path(args.dir), baseline=args.baseline, include_untrusted=args.include_untrusted,
                markdown=args.markdown)
     return 0
@@ -190,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(fidelity.json: trusted false); by default they are left out and counted")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--recompute", action="store_true", help="first compute every finished run's metrics, "
-                   "plots and fidelity verdict again from its files (after an update of the analysis)")
+                   "plots and fidelity verdict again from its files (after an update of the analysis), and "
+                   "those of runs that completed but whose analysis failed")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("export", help="a run's or an experiment's tables (pcnlab.results) as Parquet files")

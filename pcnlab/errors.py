@@ -28,6 +28,8 @@ class PortInUse(UsageError):
 class AnalysisFailed(PcnLabError):
     """A run finished but reading its files failed (a defect of ours): the files are kept."""
 
+    run_complete = True
+
 
 class P4CompileError(PcnLabError):
     """p4c rejected the program."""

@@ -186,3 +186,11 @@ def test_a_failing_analysis_keeps_the_run_and_the_sweep_goes_on(tmp_path, monkey
     assert "--recompute" in outcomes[0].error
     assert (outcomes[0].path / "events.jsonl").is_file() and (outcomes[0].path / "queue-s1.csv").is_file()
     assert json.loads((outcomes[0].path / "status.json").read_text())["status"] == "failed"
+    # Once the analysis is mended, `report --recompute` reads the run again and it counts.
+    monkeypatch.undo()
+    from pcnlab.cli import main
+
+    assert main(["report", str(outcomes[0].path.parent), "--recompute"]) == 0
+    status = json.loads((outcomes[0].path / "status.json").read_text())
+    assert status["status"] == "finished" and not status["analysis_failed"]
+    assert (outcomes[0].path / "metrics.json").is_file()
