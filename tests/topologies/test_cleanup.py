@@ -98,3 +98,24 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
             child.wait()
             subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True)
         subprocess.run(["ip", "link", "del", "s9-eth1"], capture_output=True)
+
+
+def test_closing_a_ledger_removes_what_a_cut_short_teardown_left(tmp_path):
+    """A run's ledger closed while something it started still runs (its teardown was cut short) kills
+    exactly that, and leaves an unrelated process alone."""
+    from pcnlab.ledger import RunLedger, process_start_time
+
+    ours = subprocess.Popen(["sleep", "60"])
+    theirs = subprocess.Popen(["sleep", "60"])
+    try:
+        ledger = RunLedger("close-test", tmp_path / "run", state_dir=tmp_path / "state")
+        ledger.add_process(ours.pid, "a switch the teardown missed")
+        report = ledger.close()
+        ours.wait(timeout=5)
+        assert report.killed == [f"a switch the teardown missed (pid {ours.pid})"]
+        assert is_running(theirs.pid, process_start_time(theirs.pid))
+        assert not (tmp_path / "state" / "close-test.json").exists()
+    finally:
+        for p in (ours, theirs):
+            p.kill()
+            p.wait()
