@@ -77,7 +77,8 @@ class RunExecution:
         bmv2 = run.switch.kind == "bmv2"
         telemetry = bmv2 and bool(run.telemetry.every)
         topo = run.topology.build(monitors=telemetry)
-        options = NetworkOptions(switch=run.switch.kind, packet_log=run.switch.packet_log, pcap=run.switch.pcap)
+        options = NetworkOptions(switch=run.switch.kind, packet_log=run.switch.packet_log, pcap=run.switch.pcap,
+                                 pace_hosts=run.switch.pace_hosts)
         check_supported(topo, options)
         with PcnNetwork(topo, path, ledger, options) as net:
             sampler = CpuSampler(ledger, path / "cpu.csv").start()

@@ -19,7 +19,7 @@ from pcnlab.controller.specs import SwitchEndpoint, save_endpoints
 from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.ledger import RunLedger, clean_stale
 from pcnlab.topologies.bmv2 import Bmv2Switch
-from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
+from pcnlab.topologies.routing import FRAME_BYTES, compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
 
 SWITCH_KINDS = ("bmv2", "bridge")
@@ -36,6 +36,7 @@ class NetworkOptions:
     grpc_base_port: int | None = None    # s<N> listens on base+N-1; None: free ports
     thrift_base_port: int | None = None
     host_cpu: float | None = None    # CPU share per host (CPULimitedHost); None: no limit
+    pace_hosts: bool = False         # bmv2: hosts send at most their link's rate (see host_pacing)
 
     def __post_init__(self):
         if self.switch not in SWITCH_KINDS:
@@ -83,6 +84,21 @@ def _tracked_link(base: type[Link], ledger: RunLedger):
                 ledger.add_interface(intf.name)  # only root-namespace ends are recorded
 
     return TrackedLink
+
+
+def host_pacing(intf: str, mbps: float) -> str:
+    """The tc command that makes a host's end of its link send at most `mbps`: a token bucket two full
+    frames deep, its queue that of a NIC (1000 frames).
+
+    On BMv2 a link's rate lives in the switch's egress queue, so a host's end sends at veth speed
+    (gigabits/s): eight workers' bursts reach the switch at once, faster than BMv2 parses packets (about
+    37,000/s here), and wait in BMv2's input buffer, a queue no real switch has, before they reach
+    the bottleneck queue being studied (the fidelity check sees it as processing lag). A real host's NIC
+    serialises at its link's rate: so does this. tc on the host's end sits before the switch, so the
+    bottleneck queues stay BMv2's own. A `schedule:` rate change reaches the switch's side only."""
+    frame = FRAME_BYTES
+    return (f"tc qdisc replace dev {intf} root tbf rate {mbps:g}mbit burst {2 * frame} "
+            f"limit {1000 * frame}")
 
 
 def check_supported(topo: PcnTopo, options: NetworkOptions) -> None:
@@ -182,6 +198,19 @@ class PcnNetwork:
                     # TCP through BMv2 fails with checksum offload on (ping still works).
                     host.cmd(f"ethtool --offload {intf} rx off tx off sg off >/dev/null 2>&1")
         self.net.staticArp()
+        if self.options.pace_hosts and self.options.switch == "bmv2":
+            for host, intf, mbps in self.host_links():
+                self.net.get(host).cmd(host_pacing(intf, mbps))
+
+    def host_links(self) -> list[tuple[str, str, float]]:
+        """(host, its interface, the link's Mbit/s) for every host link with a rate."""
+        out = []
+        for a, b, info in self.topo.links(withInfo=True):
+            host, other = (a, b) if a in self.topo.hosts() else (b, a)
+            if host in self.topo.hosts() and info.get("bw") is not None:
+                intf, _ = self.net.get(host).connectionsTo(self.net.get(other))[0]
+                out.append((host, intf.name, float(info["bw"])))
+        return out
 
     def stop(self) -> None:
         try:
@@ -221,6 +250,8 @@ class PcnNetwork:
     def _write_description(self) -> None:
         desc = {
             "switch_kind": self.options.switch,
+            "paced_hosts": ({h: {"intf": i, "mbps": m} for h, i, m in self.host_links()}
+                            if self.options.pace_hosts and self.options.switch == "bmv2" else {}),
             "hosts": {h.name: {"ip": h.IP(), "mac": h.MAC(), "pid": h.pid} for h in self.net.hosts},
             "roles": self.topo.roles,
             "switches": {

@@ -48,6 +48,7 @@ class SwitchConfig:
     kind: str = default("switch", "kind")
     packet_log: bool = default("switch", "packet_log")
     pcap: bool = default("switch", "pcap")
+    pace_hosts: bool = default("switch", "pace_hosts")
 
 
 @dataclass(frozen=True)

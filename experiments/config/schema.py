@@ -184,6 +184,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("packet_log", "bool", False, "BMv2's per-packet log (the slower logging build: links at most "
             f"{MAX_LINK_MBPS_PACKET_LOG:g} Mbit/s)"),
         Key("pcap", "bool", False, "a pcap per BMv2 port in the run folder"),
+        Key("pace_hosts", "bool", False, "bmv2: each host sends at most its link's `bw` (tc tbf on the host's "
+            "end, as a NIC serialises): without it a host sends at veth speed and simultaneous bursts (incast) "
+            "wait in BMv2's input buffer, which no real switch has (topologies/network.py host_pacing). "
+            "Bridges always pace (TCLink shapes both ends)"),
     ),
     "mode": (
         Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "

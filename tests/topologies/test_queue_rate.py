@@ -42,3 +42,24 @@ def test_queue_rate_holds_tcp_to_the_link_rate(run_folder):
                 assert thrift.elapsed_us() > 0
             unlimited = _iperf_mbps(net, "h1", "h2")
             assert unlimited > 3 * limited, (limited, unlimited)
+
+
+@needs_bmv2
+def test_paced_hosts_send_at_their_links_rate_with_the_switch_unlimited(run_folder):
+    """pace_hosts: the host's end of its link is a 10 Mbit/s token bucket (a NIC's serialisation), so
+    with every BMv2 queue rate lifted a host still sends at its link's rate, and BMv2 receives its
+    packets no faster than that."""
+    topo = make_topology("star", hosts=2, bw=10, queue=64)
+    options = NetworkOptions(switch="bmv2", pace_hosts=True)
+    with PcnNetwork(topo, run_folder.path, run_folder.ledger, options) as net:
+        paced = json.loads((run_folder.path / "network.json").read_text())["paced_hosts"]
+        assert paced == {"h1": {"intf": "h1-eth0", "mbps": 10.0}, "h2": {"intf": "h2-eth0", "mbps": 10.0}}
+        endpoints = net.endpoints()
+        with ControllerThread(PcnController(endpoints, P4Program.named())):
+            with SwitchThrift(endpoints[0].thrift_port) as thrift:
+                for port in endpoints[0].ports:
+                    thrift.set_queue_rate(port, 100_000)
+            mbps = _iperf_mbps(net, "h1", "h2")
+            assert 7.5 < mbps < 10.5, mbps
+            stats = net.host("h1").cmd("tc -s qdisc show dev h1-eth0")
+            assert "tbf" in stats and "rate 10Mbit" in stats, stats

@@ -127,3 +127,47 @@ def test_a_worker_that_never_sends_is_filled_at_the_deadline_then_reported_gone(
     finally:
         sender.close()
         server.stop()
+
+
+def test_a_sender_waiting_for_delayed_acknowledgements_sleeps():
+    """While its outstanding datagrams wait in a queue longer than the last RTT (incast), a sender has
+    nothing to do until an acknowledgement or its retransmission timer: it must sleep, not spin. The
+    PS here acknowledges the first datagram at once and the rest only 300 ms later."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import bitmap_of, pack_ack, parse_data
+
+    lay = Layout([20_000])
+    ps = _raw(PS)
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    out = {}
+
+    def send():
+        cpu = time.thread_time()
+        out["result"] = sender.send(0, np.zeros(lay.total, dtype=np.float32), deadline_s=5.0)
+        out["cpu_s"] = time.thread_time() - cpu
+
+    thread = threading.Thread(target=send)
+    try:
+        thread.start()
+        ps.settimeout(2)
+        raw, addr = ps.recvfrom(MAX_DATAGRAM)
+        first = parse_data(raw, tag, lay)
+        got = np.zeros(lay.chunks, dtype=bool)
+        got[first.chunk] = True
+        ps.sendto(pack_ack(tag, 1, 0, 0, first.seq, lay.chunks, bitmap_of(got)), addr)
+        held = time.monotonic() + 0.3
+        while time.monotonic() < held:                    # the rest: read, not yet acknowledged
+            ps.settimeout(max(0.001, held - time.monotonic()))
+            try:
+                ps.recvfrom(MAX_DATAGRAM)
+            except TimeoutError:
+                pass
+        ps.sendto(pack_ack(tag, 1, 0, 0, 1 << 31, lay.chunks, bitmap_of(np.ones(lay.chunks, dtype=bool))), addr)
+        thread.join(5)
+        assert out["result"].outcome == "complete"
+        assert out["cpu_s"] < 0.06, out          # spinning through the 300 ms would burn about 0.3 s
+    finally:
+        sender.close()
+        ps.close()
