@@ -26,7 +26,8 @@ import random
 import time
 from pathlib import Path
 
-from pcnlab.controller.predictor import BurstReport, PredictorBank
+from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner, WindowScheduler, open_intervals, replay, union_us
 
 PERIOD_US = 100_000

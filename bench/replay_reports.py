@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pcnlab.controller.predictor import BurstKey, BurstPredictor, BurstReport
+from pcnlab.controller.bursts import BurstKey, BurstReport
+from pcnlab.controller.predictor import BurstPredictor
 
 SLACK_US = 10_000
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pcnlab.controller.predictor import PredictorConfig
+    from pcnlab.controller.bursts import PredictorConfig
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from pcnlab.controller.clock import ClockEstimator, ClockSample
 from pcnlab.controller.controller import PcnController
 from pcnlab.controller.dataplane import BurstStart
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.predictor import BurstReport, PredictorBank
+from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.windows import PlannerConfig, WindowChange, WindowPlanner, WindowScheduler

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pcnlab.controller.lead import LeadConfig, LeadTracker
-from pcnlab.controller.predictor import BurstKey, BurstReport, Observation, Prediction, PredictorBank
+from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction
+from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.segments import IterationSegmenter
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from burst_traces import T0, feed, lattice, p95, renewal, reports
 from pcnlab.controller.chainfit import fit_chain
-from pcnlab.controller.predictor import BurstKey, BurstPredictor, BurstReport, PredictorBank, PredictorConfig
+from pcnlab.controller.bursts import BurstKey, BurstReport, PredictorConfig
+from pcnlab.controller.predictor import BurstPredictor, PredictorBank
 
 P = 100_000  # 100 ms
 KEY = BurstKey("s1", 2, 1)

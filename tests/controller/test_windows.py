@@ -9,7 +9,7 @@ import pytest
 
 from burst_traces import T0, lattice, renewal, reports, with_sub_bursts
 from pcnlab.controller.lead import initial_lead_us
-from pcnlab.controller.predictor import BurstKey, BurstReport, Prediction
+from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
 from pcnlab.controller.windows import (PlannerConfig, Window, WindowPlanner, WindowScheduler, open_intervals,
                                        plan_window, replay, union_us)
 
