@@ -95,7 +95,9 @@ def host_pacing(intf: str, mbps: float) -> str:
     37,000/s here), and wait in BMv2's input buffer, a queue no real switch has, before they reach
     the bottleneck queue being studied (the fidelity check sees it as processing lag). A real host's NIC
     serialises at its link's rate: so does this. tc on the host's end sits before the switch, so the
-    bottleneck queues stay BMv2's own. A `schedule:` rate change reaches the switch's side only."""
+    bottleneck queues stay BMv2's own where several senders meet (a port fed by one host at its own
+    rate never queues in BMv2: the host's bucket does). A `schedule:` rate change reaches the switch's
+    side only, so raising a paced host's link is refused when the file is read."""
     frame = FRAME_BYTES
     return (f"tc qdisc replace dev {intf} root tbf rate {mbps:g}mbit burst {2 * frame} "
             f"limit {1000 * frame}")
@@ -200,7 +202,9 @@ class PcnNetwork:
         self.net.staticArp()
         if self.options.pace_hosts and self.options.switch == "bmv2":
             for host, intf, mbps in self.host_links():
-                self.net.get(host).cmd(host_pacing(intf, mbps))
+                out = self.net.get(host).cmd(host_pacing(intf, mbps)).strip()
+                if out:  # tc says nothing when it succeeds
+                    raise PcnLabError(f"pacing {host}'s {intf} at {mbps:g} Mbit/s failed: {out.splitlines()[0]}")
 
     def host_links(self) -> list[tuple[str, str, float]]:
         """(host, its interface, the link's Mbit/s) for every host link with a rate."""
@@ -215,10 +219,23 @@ class PcnNetwork:
     def stop(self) -> None:
         try:
             if self.net is not None:
+                self._save_pacing()
                 self.net.stop()
                 self.net = None
         finally:
             self._release_lock()
+
+    def _save_pacing(self) -> None:
+        """What each paced host's bucket did (`tc -s`: sent, dropped, overlimits, backlog), in
+        host-pacing.txt: its queue and drops are the host's, where the switch's telemetry cannot see them."""
+        if not (self.options.pace_hosts and self.options.switch == "bmv2"):
+            return
+        try:
+            text = "".join(f"{host} {intf}\n{self.net.get(host).cmd(f'tc -s qdisc show dev {intf}')}\n"
+                           for host, intf, _ in self.host_links())
+            (self.run_dir / "host-pacing.txt").write_text(text)
+        except Exception as exc:  # noqa: BLE001 -- a record lost must not stop the teardown
+            print(f"host pacing statistics not saved: {exc}")
 
     def __enter__(self) -> "PcnNetwork":
         return self.start()

@@ -50,6 +50,10 @@ def build(tree: Raw, ctx: Context) -> dict:
     sw = mapping(switch_raw, "switch", "switch", section_keys("switch")) if switch_raw is not None else {}
     switch = SwitchConfig(**{k.name: value_of(k, sw, "switch") for k in SECTIONS["switch"]})
     _check_link_rates(topology, topo_raws, switch, top["topology"].where)
+    if switch.pace_hosts and switch.kind != "bmv2":
+        raise error(first_where(sw.get("pace_hosts"), fallback=doc_where), "switch.pace_hosts",
+                    f"applies to bmv2 switches only (on {switch.kind}, links are shaped at both ends already); "
+                    "remove it")
 
     mode_raw = top.get("mode")
     md = mapping(mode_raw, "mode", "mode", section_keys("mode")) if mode_raw is not None else {}

@@ -59,9 +59,26 @@ def schedule(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig,
     links = {frozenset(pair) for pair in built.links()} if built else set()
     switches = set(built.switches()) if built else set()
     found = problems(changes, duration_s, switch.kind == "bmv2", links, switches, {f.name for f in background})
+    if not found and switch.pace_hosts:
+        found = _raised_paced_links(changes, built)
     if found:
         index, key, message = found[0]
         item_where, present = wheres[index]
         raise error(first_where(present.get(key), fallback=item_where), f"schedule.{index}" + (f".{key}" if key else ""),
                     message)
     return tuple(changes)
+
+
+def _raised_paced_links(changes: list[Change], built) -> list[tuple[int, str, str]]:
+    """A paced host keeps the rate it started with (topologies.network.host_pacing): a change that
+    raises a host's link above it would be capped at the host without a word."""
+    hosts = set(built.hosts()) if built else set()
+    for index, change in enumerate(changes):
+        if change.link and change.bw is not None:
+            host = next((n for n in change.link if n in hosts), None)
+            first = built.linkInfo(*change.link).get("bw") if host else None
+            if first is not None and change.bw > first:
+                return [(index, "bw", f"{change.bw:g} Mbit/s raises {host}'s link above the {first:g} Mbit/s its "
+                                      f"host is paced at (switch.pace_hosts paces at the starting rate); "
+                                      f"start the link at the highest rate and lower it, or drop pace_hosts")]
+    return []

@@ -187,7 +187,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("pace_hosts", "bool", False, "bmv2: each host sends at most its link's `bw` (tc tbf on the host's "
             "end, as a NIC serialises): without it a host sends at veth speed and simultaneous bursts (incast) "
             "wait in BMv2's input buffer, which no real switch has (topologies/network.py host_pacing). "
-            "Bridges always pace (TCLink shapes both ends)"),
+            "A port fed by one host at its own rate then queues in the host's bucket, not in BMv2; a `schedule:` "
+            "may lower a paced host's link, not raise it. bmv2 only (bridges shape both ends already)"),
     ),
     "mode": (
         Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "

@@ -63,3 +63,5 @@ def test_paced_hosts_send_at_their_links_rate_with_the_switch_unlimited(run_fold
             assert 7.5 < mbps < 10.5, mbps
             stats = net.host("h1").cmd("tc -s qdisc show dev h1-eth0")
             assert "tbf" in stats and "rate 10Mbit" in stats, stats
+    saved = (run_folder.path / "host-pacing.txt").read_text()     # written at teardown
+    assert saved.startswith("h1 h1-eth0\n") and "h2 h2-eth0\n" in saved and "Sent" in saved, saved

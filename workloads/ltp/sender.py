@@ -153,7 +153,7 @@ class LtpSender:
                 # RACK can only declare lost what was sent before the newest delivered transmission; the
                 # oldest outstanding, sent after it, is waiting in a queue and has no RACK deadline (taking
                 # one spun this loop at 100 % CPU for as long as an incast queue held the datagrams).
-                if 0 <= oldest < rack_xmit:
+                if oldest < rack_xmit:
                     wake = min(wake, oldest + rack_rtt + self.rtt.reorder_window())
             readable, _, _ = select.select([self.sock], [], [], max(0.0, wake - now))
             now = time.monotonic()
