@@ -200,18 +200,21 @@ class PcnNetwork:
                     # TCP through BMv2 fails with checksum offload on (ping still works).
                     host.cmd(f"ethtool --offload {intf} rx off tx off sg off >/dev/null 2>&1")
         self.net.staticArp()
-        if self.options.pace_hosts and self.options.switch == "bmv2":
-            for host, intf, mbps in self.host_links():
-                out = self.net.get(host).cmd(host_pacing(intf, mbps)).strip()
-                if out:  # tc says nothing when it succeeds
-                    raise PcnLabError(f"pacing {host}'s {intf} at {mbps:g} Mbit/s failed: {out.splitlines()[0]}")
+        for host, intf, mbps in self.paced_links():
+            out = self.net.get(host).cmd(host_pacing(intf, mbps)).strip()
+            if out:  # tc says nothing when it succeeds
+                raise PcnLabError(f"pacing {host}'s {intf} at {mbps:g} Mbit/s failed: {out.splitlines()[0]}")
 
-    def host_links(self) -> list[tuple[str, str, float]]:
-        """(host, its interface, the link's Mbit/s) for every host link with a rate."""
+    def paced_links(self) -> list[tuple[str, str, float]]:
+        """(host, its interface, the link's Mbit/s) for every host link with a rate, when hosts are
+        paced (bmv2 only: bridges shape both ends already); else none."""
+        if not (self.options.pace_hosts and self.options.switch == "bmv2"):
+            return []
+        hosts = set(self.topo.hosts())
         out = []
         for a, b, info in self.topo.links(withInfo=True):
-            host, other = (a, b) if a in self.topo.hosts() else (b, a)
-            if host in self.topo.hosts() and info.get("bw") is not None:
+            host, other = (a, b) if a in hosts else (b, a)
+            if host in hosts and info.get("bw") is not None:
                 intf, _ = self.net.get(host).connectionsTo(self.net.get(other))[0]
                 out.append((host, intf.name, float(info["bw"])))
         return out
@@ -228,11 +231,12 @@ class PcnNetwork:
     def _save_pacing(self) -> None:
         """What each paced host's bucket did (`tc -s`: sent, dropped, overlimits, backlog), in
         host-pacing.txt: its queue and drops are the host's, where the switch's telemetry cannot see them."""
-        if not (self.options.pace_hosts and self.options.switch == "bmv2"):
+        links = self.paced_links()
+        if not links:
             return
         try:
             text = "".join(f"{host} {intf}\n{self.net.get(host).cmd(f'tc -s qdisc show dev {intf}')}\n"
-                           for host, intf, _ in self.host_links())
+                           for host, intf, _ in links)
             (self.run_dir / "host-pacing.txt").write_text(text)
         except Exception as exc:  # noqa: BLE001 -- a record lost must not stop the teardown
             print(f"host pacing statistics not saved: {exc}")
@@ -267,8 +271,7 @@ class PcnNetwork:
     def _write_description(self) -> None:
         desc = {
             "switch_kind": self.options.switch,
-            "paced_hosts": ({h: {"intf": i, "mbps": m} for h, i, m in self.host_links()}
-                            if self.options.pace_hosts and self.options.switch == "bmv2" else {}),
+            "paced_hosts": {h: {"intf": i, "mbps": m} for h, i, m in self.paced_links()},
             "hosts": {h.name: {"ip": h.IP(), "mac": h.MAC(), "pid": h.pid} for h in self.net.hosts},
             "roles": self.topo.roles,
             "switches": {
