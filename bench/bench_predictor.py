@@ -28,7 +28,8 @@ from pathlib import Path
 
 from pcnlab.controller.bursts import BurstReport
 from pcnlab.controller.predictor import PredictorBank
-from pcnlab.controller.windows import PlannerConfig, WindowPlanner, WindowScheduler, open_intervals, replay, union_us
+from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.windows import PlannerConfig, WindowPlanner, open_intervals, union_us
 
 PERIOD_US = 100_000
 T0 = 5_000_000

@@ -1,10 +1,14 @@
-"""Replay a run's burst reports through the current predictor, offline: what it makes of them (the
-report kinds) and how many of the workers' true iteration starts came near a confident forecast. For
+"""Replay a run's burst reports through the current scheduler core, offline: every port's reports in
+switch-clock order (a chain's causes are other ports' reports), the model each key chose, and how many
+of the workers' true iteration starts at one port (iterations.csv) a replayed window covered. For
 trying a predictor change on real traffic before running it again:
 
-    .venv/bin/python bench/replay_reports.py results/pcn-training/latest/mode=pcn,rep=1 [--switch s1 --port 1 --job 1]
+    .venv/bin/python bench/replay_reports.py results/pcn-training/latest/mode=pcn,rep=1 [--switch s1 --port 1]
 
-"Near": within twice the forecast's jitter plus 10 ms (a window planned from it would cover the start).
+Without --switch/--port, the run's bottleneck (metrics.json). "Covered": the start fell inside a
+window armed at least --write-ms before it, as the live controller needs (its writes take 2-10 ms).
+The reports are what the switch saw under the run's own windows, so a replay of another model is a
+guide, not a measurement: the run it would have made shapes different queues.
 """
 
 from __future__ import annotations
@@ -17,45 +21,62 @@ from pathlib import Path
 
 import pandas as pd
 
-from pcnlab.controller.bursts import BurstKey, BurstReport
-from pcnlab.controller.predictor import BurstPredictor
+from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.windows import PlannerConfig, WindowPlanner
 
-SLACK_US = 10_000
+LEARNING = 5  # as the analysis: a model's first iterations are left out of "after learning"
 
 
-def replay(run: Path, switch: str, port: int, job: int) -> tuple[dict, int, int]:
+def replay_run(run: Path, switch: str, port: int, rate_pps: float, write_us: int) -> dict:
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
-    reports = [e for e in events if e.get("type") == "report"
-               and (e.get("switch"), e.get("port"), e.get("job")) == (switch, port, job)]
-    starts = pd.read_csv(run / "iterations.csv").query("job == @job").first_in_us.to_numpy()
-    predictor = BurstPredictor(BurstKey(switch, port, job))
-    kinds: collections.Counter = collections.Counter()
-    near, forecast, i = 0, None, 0
-    for r in reports:
-        t = r["t_us"]
-        while i < len(starts) and starts[i] <= t + 1000:  # starts up to this report, judged on the forecast before it
-            if forecast is not None and forecast.confident and \
-                    abs(forecast.next_start_us - starts[i]) <= 2 * forecast.jitter_us + SLACK_US:
-                near += 1
-            i += 1
-        kinds[predictor.observe(BurstReport(switch, port, job, t, r["queue_pkts"])).kind] += 1
-        forecast = predictor.forecast(t)
-    return dict(kinds), near, len(starts)
+    reports = [BurstReport(e["switch"], e["port"], e["job"], e["t_us"], e.get("queue_pkts", 0))
+               for e in events if e.get("type") == "report" and e.get("switch") == switch]
+    core = WindowScheduler(planner=WindowPlanner(PlannerConfig(rate_pps=rate_pps)))
+    result = replay(reports, core, write_latency_us=write_us)
+    armed_at = {c.window: c.at_us for c in result.changes if c.op == "arm"}
+    windows = [w for w in armed_at if (w.switch, w.port) == (switch, port)]
+    table = pd.read_csv(run / "iterations.csv")
+    out = {}
+    for job, rows in table.groupby("job"):
+        starts = rows["first_in_us"].to_numpy()
+        hits = [any(w.job == job and w.contains(int(t)) and armed_at[w] + write_us <= t for w in windows)
+                for t in starts]
+        models = collections.Counter(s.observation.model for s in result.steps
+                                     if s.observation.report.key == (switch, port, job)
+                                     and s.observation.kind != "sub-burst")
+        open_us = sum(w.length_us for w in windows if w.job == job)
+        span = starts.max() - starts.min() if len(starts) > 1 else 0
+        out[int(job)] = {"starts": len(starts), "covered": sum(hits), "after_learning": sum(hits[LEARNING:]),
+                         "judged_after_learning": len(hits[LEARNING:]), "models": dict(models),
+                         "windows": sum(w.job == job for w in windows),
+                         "open_share": open_us / span if span else None}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, help="a run folder (events.jsonl and iterations.csv)")
-    ap.add_argument("--switch", default="s1")
-    ap.add_argument("--port", type=int, default=1)
-    ap.add_argument("--job", type=int, default=1)
+    ap.add_argument("run", type=Path, help="a run folder (events.jsonl, iterations.csv, metrics.json)")
+    ap.add_argument("--switch", help="default: the run's bottleneck")
+    ap.add_argument("--port", type=int, help="default: the run's bottleneck")
+    ap.add_argument("--write-ms", type=float, default=3.0, help="a window counts if armed this long before (3)")
     args = ap.parse_args(argv)
-    if not (args.run / "events.jsonl").is_file() or not (args.run / "iterations.csv").is_file():
-        print(f"{args.run}: not a run folder with events.jsonl and iterations.csv (give one run, e.g. "
-              "results/pcn-paper/latest/mode=pcn,rep=1)", file=sys.stderr)
+    needed = [args.run / f for f in ("events.jsonl", "iterations.csv", "metrics.json")]
+    if not all(f.is_file() for f in needed):
+        print(f"{args.run}: not a finished run folder with events.jsonl, iterations.csv and metrics.json "
+              "(give one run, e.g. results/pcn-training/latest/mode=pcn,rep=1)", file=sys.stderr)
         return 2
-    kinds, near, total = replay(args.run, args.switch, args.port, args.job)
-    print(f"{args.run.name}: reports {kinds}; true starts near a confident forecast: {near} of {total}")
+    neck = json.loads((args.run / "metrics.json").read_text()).get("bottleneck") or {}
+    switch, port = args.switch or neck.get("switch"), args.port or neck.get("port")
+    if switch is None or port is None:
+        print(f"{args.run}: no bottleneck in metrics.json: give --switch and --port", file=sys.stderr)
+        return 2
+    rate = float(neck.get("rate_pps") or 1000.0)
+    for job, r in replay_run(args.run, switch, int(port), rate, int(args.write_ms * 1000)).items():
+        share = f"{r['open_share']:.1%}" if r["open_share"] is not None else "-"
+        print(f"{args.run.name} {switch}:{port} job {job}: covered {r['covered']} of {r['starts']} true starts, "
+              f"{r['after_learning']} of {r['judged_after_learning']} after {LEARNING}; models {r['models']}; "
+              f"{r['windows']} windows, open {share}")
     return 0
 
 

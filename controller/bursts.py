@@ -45,6 +45,9 @@ class Prediction:
     queue_pkts: int         # the largest queue the recent bursts met (what a pre-drain has to drain)
     confident: bool
     missed: int = 0         # predicted slots gone by without a report (the forecast rolled past them)
+    model: str = "rhythm"   # what predicted it: the rhythm, or a cause of the job's chain (chain.py)
+    early_us: float | None = None  # how far before next_start_us the window reaches (None: its jitter's)
+    late_us: float | None = None   # and after it
 
     @property
     def expires_us(self) -> int:
@@ -65,6 +68,8 @@ class Observation:
     error_us: int | None        # actual - predicted
     was_confident: bool         # the prediction for this slot was confident (a window was due)
     prediction: Prediction | None  # the forecast of the next burst after this report, any confidence
+    model: str = "rhythm"          # the model that predicts this key (predicted_us, error_us are its)
+    forecasts: tuple[Prediction, ...] = ()  # what this report, as a cause, predicted for other keys
 
 
 @dataclass(frozen=True)

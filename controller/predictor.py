@@ -277,9 +277,14 @@ class BurstPredictor:
         use_lattice, jitter, tol, offset = self._derived()
         anchor = self._points[-1][1]
         n = 1 + max(0, math.floor((now_us - anchor - tol) / self._period))
-        missed = n - 1
         renewal, lattice = self._predict_slot(n, offset)
         next_start = lattice if use_lattice else renewal
+        # Its expiry (as Prediction.expires_us rounds it) already past: that slot has gone by too.
+        if round(next_start) + math.ceil(tol * math.sqrt(n)) <= now_us:
+            n += 1
+            renewal, lattice = self._predict_slot(n, offset)
+            next_start = lattice if use_lattice else renewal
+        missed = n - 1
         # A renewal forecast n slots ahead spreads sqrt(n) times more.
         spread = jitter if use_lattice else jitter * math.sqrt(n)
         support = min(1.0, self._support / cfg.support_links)

@@ -3,7 +3,8 @@
 Every digest is logged as a `report` with what it was to the core: an iteration start (first,
 learning, match, missed, spurious, refit, resync, ...) or a `sub-burst` of an iteration under way.
 
-The pure core (predictor.py, windows.py) decides; this module does the I/O around it: it keeps a clock
+The pure core (core.py: the models of predictor.py and chain.py, the planner of windows.py) decides;
+this module does the I/O around it: it keeps a clock
 map per switch (BMv2's thrift clock read from the host, so timers can be set in the switch's clock),
 writes and removes `predrain_windows` entries, wakes up when a predicted burst is overdue, forgets a
 switch that restarted, removes every window on shutdown, and logs all of it to the event log.
@@ -24,7 +25,8 @@ from pcnlab.controller.bursts import BurstReport
 from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
-from pcnlab.controller.windows import PlannerConfig, WindowChange, WindowPlanner, WindowScheduler
+from pcnlab.controller.core import WindowScheduler
+from pcnlab.controller.windows import PlannerConfig, WindowChange, WindowPlanner
 
 CLOCK_PERIOD_S = 0.5
 MAX_SLEEP_S = 0.05
@@ -92,13 +94,17 @@ class PcnScheduler:
             self.events.write("actual", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                               predicted_us=observation.predicted_us, error_us=observation.error_us,
                               was_confident=observation.was_confident, covered=bool(covered),
-                              window=[covered[0].start_us, covered[0].end_us] if covered else None)
-        prediction = observation.prediction
-        if prediction is not None and observation.kind != "sub-burst":
-            self.events.write("prediction", switch=switch, port=burst.port, job=burst.job,
+                              window=[covered[0].start_us, covered[0].end_us] if covered else None,
+                              model=observation.model)
+        own = (observation.prediction,) if observation.kind != "sub-burst" else ()
+        for prediction in own + observation.forecasts:
+            if prediction is None:
+                continue
+            key = prediction.key
+            self.events.write("prediction", switch=key.switch, port=key.port, job=key.job,
                               next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
                               confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
-                              confident=prediction.confident)
+                              confident=prediction.confident, model=prediction.model, decided_us=burst.ts_us)
         self._tasks.append(asyncio.ensure_future(self._apply(changes)))
         self._wake.set()
 

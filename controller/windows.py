@@ -11,8 +11,7 @@ a period of notice, far more than a P4Runtime write takes); the switch, not the 
 closes it. A window that could not be written before it opens is not written at all, and a port
 without a standing queue above K_pre gets none.
 
-Only reports that start an iteration (segments.py) reach the predictor: the sub-bursts TCP makes of
-one iteration would otherwise look like iterations of their own.
+core.py drives the planner from the reports (only those that start an iteration: segments.py).
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pcnlab.controller.lead import LeadConfig, LeadTracker
-from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction
-from pcnlab.controller.predictor import PredictorBank
-from pcnlab.controller.segments import IterationSegmenter
+from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
 
 
 @dataclass(frozen=True)
@@ -55,10 +52,13 @@ class Window:
 
 
 def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: float = 2.0) -> Window:
-    """The window for `prediction`'s burst: [s - m - lead, s + max(guard, m)) with m = spread x jitter."""
-    margin = math.ceil(spread * prediction.jitter_us)
-    start = prediction.next_start_us - margin - max(lead_us, 0)
-    end = prediction.next_start_us + max(guard_us, margin, 1)
+    """The window for `prediction`'s burst: [s - m - lead, s + max(guard, m)) with m = spread x jitter, or
+    the prediction's own reach either side (early_us, late_us: chain.reach) when it has one."""
+    margin = spread * prediction.jitter_us
+    early = margin if prediction.early_us is None else prediction.early_us
+    late = margin if prediction.late_us is None else prediction.late_us
+    start = prediction.next_start_us - math.ceil(early) - max(lead_us, 0)
+    end = prediction.next_start_us + max(guard_us, math.ceil(late), 1)
     key = prediction.key
     return Window(key.switch, key.port, key.job, start, end, prediction.next_start_us)
 
@@ -75,6 +75,7 @@ class PlannerConfig:
     port_rates: Mapping[tuple[str, int], float] = field(default_factory=dict)
     min_notice_us: int = 5000     # a new window that would open sooner than this is not written (late)
     max_extend: float = 2.0       # extend to cover a revised prediction up to this x the planned length
+    max_open_share: float = 0.3   # a window's reach either side of its start, together, within this x the period
 
     def lead_config(self) -> LeadConfig:
         return LeadConfig(k_pre=self.k_pre, rtt_us=self.rtt_us, max_share=self.max_lead_share,
@@ -201,67 +202,6 @@ class WindowPlanner:
         return WindowChange("disarm", window, reason, now_us)
 
 
-class WindowScheduler:
-    """The pure core of the controller's scheduler loop: a predictor bank and a planner, driven by
-    reports and by timer ticks. The caller writes the changes, and calls `tick(switch, now)` at
-    `next_wakeup_us(switch)` (switch clock) so a missed report rolls the forecast on or disarms."""
-
-    def __init__(self, bank: PredictorBank | None = None, planner: WindowPlanner | None = None):
-        self.bank = bank or PredictorBank()
-        self.planner = planner or WindowPlanner()
-        self._pending: dict[BurstKey, Prediction] = {}  # confident forecasts awaiting their burst
-        self._segments: dict[BurstKey, IterationSegmenter] = {}
-
-    def on_report(self, report: BurstReport) -> tuple[Observation, list[WindowChange]]:
-        """A burst report: an iteration start goes to the predictor and plans the next window; a
-        sub-burst (the same iteration, reported again after a gap TCP left) changes nothing."""
-        segmenter = self._segments.setdefault(report.key, IterationSegmenter())
-        if not segmenter.starts_iteration(report.t_us):
-            forecast = self.bank.forecast(report.key, report.t_us)
-            # A short gap, but right where a confident rhythm expects its next start: a start after all
-            # (back to back, the last flight of one iteration can come just before the next begins).
-            in_slot = (forecast is not None and forecast.confident
-                       and abs(report.t_us - forecast.next_start_us) <= forecast.tolerance_us)
-            if not in_slot:
-                return Observation(report, "sub-burst", None, None, False, forecast), []
-        self.planner.observe_start(report)
-        observation = self.bank.record(report)
-        changes = self._plan(report.key, observation.prediction, report.t_us)
-        return observation, changes + self.planner.expire(report.switch, report.t_us)
-
-    def tick(self, switch: str, now_us: int) -> list[WindowChange]:
-        changes: list[WindowChange] = []
-        for key, prediction in list(self._pending.items()):
-            if key.switch == switch and now_us >= prediction.expires_us:
-                changes += self._plan(key, self.bank.forecast(key, now_us), now_us)
-        return changes + self.planner.expire(switch, now_us)
-
-    def next_wakeup_us(self, switch: str) -> int | None:
-        times = [p.expires_us for k, p in self._pending.items() if k.switch == switch]
-        times += [w.end_us for w in self.planner.armed() if w.switch == switch]
-        return min(times, default=None)
-
-    def shutdown(self, now_us: int = 0) -> list[WindowChange]:
-        self._pending.clear()
-        return self.planner.disarm_all("shutdown", now_us)
-
-    def forget_switch(self, switch: str) -> None:
-        """The switch restarted: its clock and its table are new."""
-        self.bank.forget_switch(switch)
-        self.planner.forget_switch(switch)
-        for key in [k for k in self._segments if k.switch == switch]:
-            del self._segments[key]
-        for key in [k for k in self._pending if k.switch == switch]:
-            del self._pending[key]
-
-    def _plan(self, key: BurstKey, prediction: Prediction | None, now_us: int) -> list[WindowChange]:
-        if prediction is not None and prediction.confident:
-            self._pending[key] = prediction
-        else:
-            self._pending.pop(key, None)
-        return self.planner.update(key, prediction, now_us)
-
-
 def open_intervals(changes: Iterable[WindowChange]) -> list[tuple[str, int, int, int]]:
     """(switch, port, from_us, to_us) during which each armed window was in force: from its arming (or
     its start) to its removal (or its end)."""
@@ -292,44 +232,3 @@ def union_us(intervals: Iterable[tuple[int, int]]) -> int:
             total += end - reach
             reach = end
     return total
-
-
-@dataclass(frozen=True)
-class ReplayStep:
-    observation: Observation
-    covered: bool                 # the burst began inside a window of its key, armed in time
-    window: Window | None         # that window
-
-
-@dataclass
-class Replay:
-    steps: list[ReplayStep]
-    changes: list[WindowChange]
-
-
-def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = None,
-           write_latency_us: int = 0) -> Replay:
-    """Run reports (in time order, one switch clock each) through a scheduler as the controller would,
-    timer ticks included, and say for each burst whether a window armed at least `write_latency_us`
-    before it was open when it began. For benchmarks and offline checks of an event log."""
-    scheduler = scheduler or WindowScheduler()
-    armed_at: dict[Window, int] = {}
-    steps: list[ReplayStep] = []
-    changes: list[WindowChange] = []
-
-    def apply(batch: list[WindowChange]) -> None:
-        changes.extend(batch)
-        for change in batch:
-            if change.op == "arm":
-                armed_at[change.window] = change.at_us
-
-    for report in reports:
-        while (wake := scheduler.next_wakeup_us(report.switch)) is not None and wake < report.t_us:
-            apply(scheduler.tick(report.switch, wake))
-        hit = next((w for w in scheduler.planner.armed(report.key)
-                    if w.contains(report.t_us) and armed_at.get(w, report.t_us) + write_latency_us <= report.t_us),
-                   None)
-        observation, batch = scheduler.on_report(report)
-        apply(batch)
-        steps.append(ReplayStep(observation, hit is not None, hit))
-    return Replay(steps, changes)

@@ -102,6 +102,10 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
         # The same once the rhythm could have been learned: each job's first LEARNING iterations left out.
         settled = table[table.groupby("job").cumcount() >= LEARNING]
         out["iteration_coverage_after_learning"] = float(settled["covered"].mean()) if len(settled) else None
+        # The controller's own verdicts on the starts it reported there, beside the workers' truth.
+        hit, judged = it.controller_coverage(events, neck)
+        out["controller_coverage"] = hit / judged if judged else None
+        out["controller_judged"] = judged
         at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)

@@ -123,8 +123,10 @@ def count_check(table: pd.DataFrame, expected: dict[int, int]) -> dict:
 
 def window_intervals(events: pd.DataFrame) -> pd.DataFrame:
     """Every pre-drain window the controller wrote: switch, port, job, start_us, end_us (switch clock),
-    armed_ns and removed_ns (host clock; removed_ns NaN if it was left to expire)."""
-    cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns"]
+    armed_ns and removed_ns (host clock; removed_ns NaN if it was left to expire), and the same two
+    moments in the switch's clock as the controller decided them (armed_us: the decision plus the
+    write's latency; removed_us), NaN in event logs older than those fields."""
+    cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns", "armed_us", "removed_us"]
     if events.empty or "type" not in events:
         return pd.DataFrame(columns=cols)
     arms = events[events["type"] == "arm"]
@@ -132,22 +134,43 @@ def window_intervals(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     out = arms[["switch", "port", "job", "start_us", "end_us", "host_ns"]].rename(columns={"host_ns": "armed_ns"})
     out = out.astype({"port": int, "job": int, "start_us": np.int64, "end_us": np.int64})
+    decided = arms["decided_us"] if "decided_us" in arms else pd.Series(np.nan, index=arms.index)
+    write_us = arms["write_ms"].fillna(0) * 1000 if "write_ms" in arms else 0
+    out["armed_us"] = (decided + write_us).astype(float).to_numpy()
     removed = events[events["type"] == "disarm"]
-    keyed = {(r.switch, int(r.port), int(r.start_us), int(r.end_us)): r.host_ns for r in removed.itertuples()}
-    out["removed_ns"] = [keyed.get((r.switch, r.port, r.start_us, r.end_us), np.nan) for r in out.itertuples()]
-    return out.reset_index(drop=True)
+    keyed = {(r.switch, int(r.port), int(r.start_us), int(r.end_us)): (r.host_ns, getattr(r, "decided_us", np.nan))
+             for r in removed.itertuples()}
+    gone = [keyed.get((r.switch, r.port, r.start_us, r.end_us), (np.nan, np.nan)) for r in out.itertuples()]
+    out["removed_ns"] = [g[0] for g in gone]
+    out["removed_us"] = [float(g[1]) for g in gone]
+    return out[cols].reset_index(drop=True)
 
 
 def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -> pd.Series:
     """Per iteration: its first data packet at `port` arrived inside a window of that port that had
-    been written before it and not yet removed."""
+    been written before it and not yet removed. Judged in the switch's clock, as the controller judges
+    its own reports (the arm and disarm decisions carry their switch time), so no clock map between
+    the switch and the host enters; older event logs fall back to host times."""
     w = windows[(windows["switch"] == port[0]) & (windows["port"] == port[1])]
+    switch_clock = "armed_us" in w and w["armed_us"].notna().all()
     flags = []
     for r in table.itertuples():
-        inside = w[(w["start_us"] <= r.first_in_us) & (r.first_in_us < w["end_us"]) & (w["armed_ns"] <= r.first_in_ns)
-                   & ~(w["removed_ns"] <= r.first_in_ns)]
+        inside = w[(w["start_us"] <= r.first_in_us) & (r.first_in_us < w["end_us"])]
+        if switch_clock:
+            inside = inside[(inside["armed_us"] <= r.first_in_us) & ~(inside["removed_us"] <= r.first_in_us)]
+        else:
+            inside = inside[(inside["armed_ns"] <= r.first_in_ns) & ~(inside["removed_ns"] <= r.first_in_ns)]
         flags.append(not inside.empty)
     return pd.Series(flags, index=table.index, dtype=bool)
+
+
+def controller_coverage(events: pd.DataFrame, port: tuple[str, int]) -> tuple[int, int]:
+    """(covered, judged): the controller's own verdicts at `port`, from its `actual` events (a start
+    it had predicted, and whether a window of its was open for it)."""
+    if events.empty or "type" not in events or "covered" not in events:
+        return 0, 0
+    a = events[(events["type"] == "actual") & (events["switch"] == port[0]) & (events["port"] == port[1])]
+    return int(a["covered"].astype(bool).sum()), int(len(a))
 
 
 def open_share(windows: pd.DataFrame, port: tuple[str, int], clock, span_us: tuple[int, int]) -> float:
@@ -173,19 +196,24 @@ def open_share(windows: pd.DataFrame, port: tuple[str, int], clock, span_us: tup
 
 def prediction_errors(table: pd.DataFrame, events: pd.DataFrame, port: tuple[str, int]) -> list[float]:
     """Per iteration with a prediction: true start (its first data packet at `port`) minus the start the
-    controller last predicted for that port and job before it, in µs."""
+    controller last predicted for that port and job before it, in µs. "Before" in the switch's clock
+    (the switch time of the report that made the prediction: decided_us), or, in event logs older
+    than that field, the host clock."""
     if events.empty or "type" not in events:
         return []
     pred = events[(events["type"] == "prediction") & (events["switch"] == port[0]) & (events["port"] == port[1])]
     if pred.empty or table.empty:
         return []
-    pred = pred.sort_values("host_ns")
+    switch_clock = "decided_us" in pred and pred["decided_us"].notna().all()
+    # A prediction decided within a millisecond of the start was made by that start's own report.
+    when, start, slack = ("decided_us", "first_in_us", 1000) if switch_clock else ("host_ns", "first_in_ns", 0)
+    pred = pred.sort_values(when)
     out = []
     for job, rows in table.groupby("job"):
         p = pred[pred["job"] == job]
         if p.empty:
             continue
-        idx = np.searchsorted(p["host_ns"].to_numpy(), rows["first_in_ns"].to_numpy(), side="left") - 1
+        idx = np.searchsorted(p[when].to_numpy(), rows[start].to_numpy() - slack, side="left") - 1
         for i, first in zip(idx, rows["first_in_us"]):
             if i >= 0:
                 out.append(float(first - p["next_start_us"].iloc[i]))

@@ -1,0 +1,235 @@
+"""Prediction from a job's own chain of events, and the choice per key between it and the rhythm.
+Pure; every time is one switch's clock (µs).
+
+A parameter-server iteration is a renewal process: its period spreads with the queue the gradients
+meet, so a rhythm predicts it poorly. Its cause is steadier: the PS's reply reaches a worker's port,
+the worker computes, and its gradients reach the PS's port a compute time later. The switch sees both
+(the reply is the same job's data towards another port), so the lag from one to the other is learned
+like any report: for every target key (switch, port, job) and cause (another port of the same switch
+and job, or `first`: whichever of them started first since the target's last start), the lag from the
+cause's first start since the target's last start to the target's next start, at least 40 % of the
+target's period (a cause must leave room for a window). A pair predicts the
+target's next start as the cause's start plus the median of its recent lags (made when the cause is
+reported: a compute time of notice).
+
+Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
+the rhythm's forecast (predictor.py) and every pair's, scored by the RMS of their errors; the smaller
+wins, with a margin before the choice changes. Nothing is assumed about the pattern (PS, sharded PS,
+ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins at the PS.
+
+The window's reach either side of a prediction comes from the chosen model's own errors (`reach`):
+spread x their RMS, unless that is wider than a window may stay open; then the densest part of the
+errors that fits, so the likeliest part of a wide spread (the earliest of several workers is not
+uniform) is armed instead of nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pcnlab.controller.bursts import BurstKey, BurstReport
+
+RHYTHM = "rhythm"
+FIRST = "first"
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    lags: int = 12              # recent lags per (target, cause) behind the median
+    errors: int = 12            # recent errors per model behind the choice and the window's reach
+    min_errors: int = 3         # a model with fewer scored starts cannot be chosen over the rhythm
+    min_lag_us: int = 2000      # a cause closer to the start than this gives no notice: not a cause,
+    min_lag_share: float = 0.4  # nor one closer than this x the target's period (a window must fit: a
+                                # ring neighbour starting 5 ms before is steady but gives no notice)
+    switch_margin: float = 0.8  # a challenger's RMS must be under this x the chosen model's to take over
+    gate_sigmas: float = 4.0    # a start within gate_sigmas x RMS of the prediction is a hit
+    min_gate_us: float = 1000.0
+    arm_hit_rate: float = 0.6   # a chain prediction is confident when this share of recent starts hit
+    max_starts: int = 8         # recent starts kept per key
+
+
+@dataclass(frozen=True)
+class ChainForecast:
+    """The next start of `target` as the pair (target, cause) predicts it, when the cause is reported."""
+
+    target: BurstKey
+    model: str            # the cause's port as a string, or FIRST
+    next_start_us: int
+    rms_us: float         # RMS of the pair's recent errors
+    hit_rate: float
+    errors: int           # scored starts behind rms_us and hit_rate
+    period_us: float      # the target's median interval between starts
+
+
+def _rms(values: Sequence[float]) -> float:
+    return math.sqrt(sum(v * v for v in values) / len(values)) if values else math.inf
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def reach(errors: Sequence[float], jitter_us: float, spread: float, max_open_us: float) -> tuple[float, float]:
+    """(before, after): how far a window reaches either side of a predicted start. spread x jitter each
+    side while the two fit in `max_open_us`; beyond, the interval of that length holding the most of the
+    recent signed errors (actual - predicted), the earliest such when several tie, so the likeliest
+    starts are covered rather than none."""
+    margin = spread * jitter_us
+    if 2 * margin <= max_open_us or not errors:
+        return margin, margin
+    errs = sorted(errors)
+    best_lo, best_n = errs[0], 0
+    j = 0
+    for i, lo in enumerate(errs):
+        while j < len(errs) and errs[j] <= lo + max_open_us:
+            j += 1
+        if j - i > best_n:
+            best_lo, best_n = lo, j - i
+    # Centre the densest interval's errors inside the allowed length. Either side may be negative: the
+    # likeliest starts can all lie before the forecast (the window still ends after it: windows.py).
+    hi = max(e for e in errs if best_lo <= e <= best_lo + max_open_us)
+    slack = (max_open_us - (hi - best_lo)) / 2
+    return slack - best_lo, hi + slack
+
+
+class _Pair:
+    """The lags of one (target, cause): the cause's start to the target's next start."""
+
+    def __init__(self, cfg: ChainConfig):
+        self.lags: deque[int] = deque(maxlen=cfg.lags)
+
+    def predict(self, cause_us: int) -> int | None:
+        return cause_us + round(_median(self.lags)) if self.lags else None
+
+
+class ChainModels:
+    """Lags of every (target, cause) pair on each switch and job, the errors of every model for each
+    target, and each target's chosen model."""
+
+    def __init__(self, config: ChainConfig | None = None):
+        self.config = config or ChainConfig()
+        self._starts: dict[BurstKey, deque[int]] = {}
+        self._seen: dict[BurstKey, int] = {}  # each key's latest report, iteration start or not
+        self._pairs: dict[tuple[BurstKey, str], _Pair] = {}
+        self._errors: dict[tuple[BurstKey, str], deque[float]] = {}
+        self._chosen: dict[BurstKey, str] = {}
+
+    # --- learning ----------------------------------------------------------------------------------
+
+    def _others(self, key: BurstKey) -> list[BurstKey]:
+        return [k for k in self._starts if k != key and k.switch == key.switch and k.job == key.job]
+
+    def _causes(self, key: BurstKey, since_us: int, until_us: int) -> dict[str, int]:
+        """Each other port's first start in (since, until], and the first of all of them (FIRST): one
+        event per port and iteration, the same when learning and when forecasting."""
+        causes: dict[str, int] = {}
+        for other in self._others(key):
+            inside = [t for t in self._starts[other] if since_us < t <= until_us]
+            if inside:
+                causes[str(other.port)] = inside[0]
+        if causes:
+            causes[FIRST] = min(causes.values())
+        return causes
+
+    def note(self, report: BurstReport) -> None:
+        """Any report of a key (a sub-burst too): causes count from its latest one. An iteration start
+        taken for a sub-burst (the segmenter still learning the gaps) then still ends the wait for
+        the next cause, and a cause seen before the key's last activity is not taken for a new one."""
+        if report.t_us < self._seen.get(report.key, -1):  # the switch restarted: its clock is new
+            self.forget_switch(report.switch)
+        self._seen[report.key] = report.t_us
+
+    def observe_start(self, report: BurstReport, rhythm_predicted_us: int | None) -> None:
+        """An iteration started at `report.key`: score what each model predicted for it (the rhythm's
+        forecast before this report, if any; every pair's from its cause), then learn the lags. Call
+        it instead of `note` for an iteration start."""
+        key, t, cfg = report.key, report.t_us, self.config
+        since = self._seen.get(key)
+        self.note(report)
+        starts = self._starts.setdefault(key, deque(maxlen=cfg.max_starts))
+        period = self.period_us(key)
+        if rhythm_predicted_us is not None and period:
+            # A rhythm's error is at most half a period: farther, it predicted another slot.
+            err = max(min(t - rhythm_predicted_us, period / 2), -period / 2)
+            self._score(key, RHYTHM, err)
+        if since is not None and since < t:
+            min_lag = max(cfg.min_lag_us, cfg.min_lag_share * period)
+            for cause, at in self._causes(key, since, t - min_lag).items():
+                pair = self._pairs.setdefault((key, cause), _Pair(cfg))
+                predicted = pair.predict(at)
+                if predicted is not None:
+                    self._score(key, cause, t - predicted)
+                pair.lags.append(t - at)
+        starts.append(t)
+        self._choose(key)
+
+    def _score(self, key: BurstKey, model: str, error: float) -> None:
+        self._errors.setdefault((key, model), deque(maxlen=self.config.errors)).append(error)
+
+    def _choose(self, key: BurstKey) -> None:
+        cfg = self.config
+        scored = {m: errs for (k, m), errs in self._errors.items() if k == key and len(errs) >= cfg.min_errors}
+        if not scored:
+            return
+        best = min(scored, key=lambda m: (_rms(scored[m]), m != RHYTHM))
+        current = self._chosen.get(key, RHYTHM)
+        held = _rms(scored[current]) if current in scored else math.inf
+        if best != current and _rms(scored[best]) < cfg.switch_margin * held:
+            self._chosen[key] = best
+
+    # --- what the scheduler asks ---------------------------------------------------------------------
+
+    def chosen(self, key: BurstKey) -> str:
+        """The model that predicts `key`: RHYTHM, a cause port, or FIRST."""
+        return self._chosen.get(key, RHYTHM)
+
+    def errors(self, key: BurstKey, model: str | None = None) -> list[float]:
+        """The recent signed errors (actual - predicted, µs) of a key's model (default: the chosen one)."""
+        return list(self._errors.get((key, model or self.chosen(key)), ()))
+
+    def period_us(self, key: BurstKey) -> float:
+        starts = self._starts.get(key)
+        if not starts or len(starts) < 2:
+            return 0.0
+        return _median([b - a for a, b in zip(starts, list(starts)[1:])])
+
+    def on_cause(self, report: BurstReport) -> list[ChainForecast]:
+        """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
+        each target whose chosen model is this cause (or FIRST, when this is the first start at another
+        port since the target's last start)."""
+        cfg = self.config
+        out = []
+        for target in self._others(report.key):
+            model = self.chosen(target)
+            if model == RHYTHM:
+                continue
+            last = self._seen[target]
+            if report.t_us <= last:
+                continue
+            if model not in (FIRST, str(report.key.port)) or \
+                    self._causes(target, last, report.t_us).get(model) != report.t_us:
+                continue  # not its cause, or not the cause's first start since the target's last
+            pair = self._pairs.get((target, model))
+            predicted = pair.predict(report.t_us) if pair is not None else None
+            if predicted is None:
+                continue
+            errs = self.errors(target, model)
+            rms = _rms(errs)
+            gate = max(cfg.gate_sigmas * rms, cfg.min_gate_us)
+            hits = sum(abs(e) <= gate for e in errs) / len(errs) if errs else 0.0
+            out.append(ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target)))
+        return out
+
+    def forget_switch(self, switch: str) -> None:
+        """A restarted switch has a new clock: what was learned from it is void."""
+        for store in (self._starts, self._chosen, self._seen):
+            for key in [k for k in store if k.switch == switch]:
+                del store[key]
+        for store in (self._pairs, self._errors):
+            for pair in [p for p in store if p[0].switch == switch]:
+                del store[pair]

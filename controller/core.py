@@ -1,0 +1,180 @@
+"""The pure core of the controller's scheduler loop: burst reports and timer ticks in, window changes out.
+Every time is one switch's clock (µs); scheduler.py does the I/O around it, `replay` runs it offline.
+
+Only reports that start an iteration (segments.py) reach the models: the sub-bursts TCP makes of one
+iteration would otherwise look like iterations of their own. Each start teaches two models: the key's
+rhythm (predictor.py) and the job's chain of events on its switch (chain.py), which also says which of
+them predicts the key. A rhythm predicts the next start when the key's own start is reported; a chain
+predicts it when the chosen cause (another port's start) is reported, a compute time ahead. Either
+prediction becomes a window through the planner (windows.py), shaped by the chosen model's own errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction
+from pcnlab.controller.chain import RHYTHM, ChainForecast, ChainModels, reach
+from pcnlab.controller.predictor import PredictorBank
+from pcnlab.controller.segments import IterationSegmenter
+from pcnlab.controller.windows import Window, WindowChange, WindowPlanner
+
+
+class WindowScheduler:
+    """The models and the planner, driven by reports and by timer ticks. The caller writes the changes,
+    and calls `tick(switch, now)` at `next_wakeup_us(switch)` (switch clock) so a missed report rolls
+    the rhythm's forecast on or disarms."""
+
+    def __init__(self, bank: PredictorBank | None = None, planner: WindowPlanner | None = None,
+                 chains: ChainModels | None = None):
+        self.bank = bank or PredictorBank()
+        self.planner = planner or WindowPlanner()
+        self.chains = chains or ChainModels()
+        self._pending: dict[BurstKey, Prediction] = {}  # confident forecasts awaiting their burst
+        self._issued: dict[BurstKey, Prediction] = {}   # the latest forecast planned for each key
+        self._segments: dict[BurstKey, IterationSegmenter] = {}
+
+    def on_report(self, report: BurstReport) -> tuple[Observation, list[WindowChange]]:
+        """A burst report: an iteration start teaches the models and plans the windows it predicts (its
+        own key's next, by the rhythm; other keys', as their chain's cause); a sub-burst (the same
+        iteration, reported again after a gap TCP left) changes nothing."""
+        key, t = report.key, report.t_us
+        segmenter = self._segments.setdefault(key, IterationSegmenter())
+        rhythm = self.bank.forecast(key, t)
+        if not segmenter.starts_iteration(t):
+            # A short gap, but right where a confident rhythm expects its next start: a start after all
+            # (back to back, the last flight of one iteration can come just before the next begins).
+            in_slot = (rhythm is not None and rhythm.confident
+                       and abs(t - rhythm.next_start_us) <= rhythm.tolerance_us)
+            if not in_slot:
+                self.chains.note(report)
+                return Observation(report, "sub-burst", None, None, False, rhythm), []
+        self.planner.observe_start(report)
+        issued = self._issued.pop(key, None)
+        observation = self.bank.record(report)
+        self.chains.observe_start(report, rhythm.next_start_us if rhythm is not None else None)
+        model = self.chains.chosen(key)
+        changes: list[WindowChange] = []
+        if model == RHYTHM:
+            prediction = self._shaped(observation.prediction)
+            changes += self._plan(key, prediction, t)
+        else:
+            # Its next start is predicted when its cause is reported; the window open now stays.
+            prediction = None
+            self._pending.pop(key, None)
+        forecasts = tuple(self._chain_prediction(fc) for fc in self.chains.on_cause(report))
+        for forecast in forecasts:
+            changes += self._plan(forecast.key, forecast, t)
+        observation = replace(observation, prediction=prediction, model=model, forecasts=forecasts,
+                              **self._judged(issued, t))
+        return observation, changes + self.planner.expire(report.switch, t)
+
+    @staticmethod
+    def _judged(issued: Prediction | None, t_us: int) -> dict:
+        """The forecast planned for this start (whatever model made it), against the start."""
+        if issued is None or abs(t_us - issued.next_start_us) > max(issued.tolerance_us, issued.period_us / 2):
+            return {"predicted_us": None, "error_us": None, "was_confident": False}
+        return {"predicted_us": issued.next_start_us, "error_us": t_us - issued.next_start_us,
+                "was_confident": issued.confident}
+
+    def _shaped(self, prediction: Prediction | None) -> Prediction | None:
+        """A rhythm's forecast with its window's reach from the rhythm's errors (chain.reach)."""
+        if prediction is None:
+            return None
+        cfg = self.planner.config
+        early, late = reach(self.chains.errors(prediction.key, RHYTHM), prediction.jitter_us, cfg.spread,
+                            cfg.max_open_share * prediction.period_us)
+        return replace(prediction, early_us=early, late_us=late)
+
+    def _chain_prediction(self, forecast: ChainForecast) -> Prediction:
+        cfg, chain_cfg = self.planner.config, self.chains.config
+        rhythm = self.bank.predictors.get(forecast.target)
+        period = forecast.period_us or (rhythm.period_us if rhythm is not None else 0.0) or 0.0
+        early, late = reach(self.chains.errors(forecast.target, forecast.model), forecast.rms_us, cfg.spread,
+                            cfg.max_open_share * period)
+        confident = forecast.errors >= chain_cfg.min_errors and forecast.hit_rate >= chain_cfg.arm_hit_rate
+        gate = max(chain_cfg.gate_sigmas * forecast.rms_us, chain_cfg.min_gate_us)
+        queue = rhythm.forecast(forecast.next_start_us) if rhythm is not None else None
+        return Prediction(key=forecast.target, next_start_us=forecast.next_start_us, period_us=period,
+                          confidence=forecast.hit_rate, jitter_us=forecast.rms_us, based_on=forecast.errors,
+                          tolerance_us=gate, queue_pkts=queue.queue_pkts if queue is not None else 0,
+                          confident=confident, model=forecast.model, early_us=early, late_us=late)
+
+    def tick(self, switch: str, now_us: int) -> list[WindowChange]:
+        changes: list[WindowChange] = []
+        for key, prediction in list(self._pending.items()):
+            if key.switch == switch and now_us >= prediction.expires_us:
+                if prediction.model == RHYTHM:
+                    changes += self._plan(key, self._shaped(self.bank.forecast(key, now_us)), now_us)
+                else:  # the chain's burst did not come: its window ends by itself; the next cause re-plans
+                    del self._pending[key]
+        return changes + self.planner.expire(switch, now_us)
+
+    def next_wakeup_us(self, switch: str) -> int | None:
+        times = [p.expires_us for k, p in self._pending.items() if k.switch == switch]
+        times += [w.end_us for w in self.planner.armed() if w.switch == switch]
+        return min(times, default=None)
+
+    def shutdown(self, now_us: int = 0) -> list[WindowChange]:
+        self._pending.clear()
+        return self.planner.disarm_all("shutdown", now_us)
+
+    def forget_switch(self, switch: str) -> None:
+        """The switch restarted: its clock and its table are new."""
+        self.bank.forget_switch(switch)
+        self.planner.forget_switch(switch)
+        self.chains.forget_switch(switch)
+        for store in (self._segments, self._pending, self._issued):
+            for key in [k for k in store if k.switch == switch]:
+                del store[key]
+
+    def _plan(self, key: BurstKey, prediction: Prediction | None, now_us: int) -> list[WindowChange]:
+        if prediction is not None and prediction.confident:
+            self._pending[key] = prediction
+        else:
+            self._pending.pop(key, None)
+        if prediction is not None:
+            self._issued[key] = prediction
+        return self.planner.update(key, prediction, now_us)
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    observation: Observation
+    covered: bool                 # the burst began inside a window of its key, armed in time
+    window: Window | None         # that window
+
+
+@dataclass
+class Replay:
+    steps: list[ReplayStep]
+    changes: list[WindowChange]
+
+
+def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = None,
+           write_latency_us: int = 0) -> Replay:
+    """Run reports (in time order, one switch clock each) through a scheduler as the controller would,
+    timer ticks included, and say for each burst whether a window armed at least `write_latency_us`
+    before it was open when it began. For benchmarks and offline checks of an event log."""
+    scheduler = scheduler or WindowScheduler()
+    armed_at: dict[Window, int] = {}
+    steps: list[ReplayStep] = []
+    changes: list[WindowChange] = []
+
+    def apply(batch: list[WindowChange]) -> None:
+        changes.extend(batch)
+        for change in batch:
+            if change.op == "arm":
+                armed_at[change.window] = change.at_us
+
+    for report in reports:
+        while (wake := scheduler.next_wakeup_us(report.switch)) is not None and wake < report.t_us:
+            apply(scheduler.tick(report.switch, wake))
+        hit = next((w for w in scheduler.planner.armed(report.key)
+                    if w.contains(report.t_us) and armed_at.get(w, report.t_us) + write_latency_us <= report.t_us),
+                   None)
+        observation, batch = scheduler.on_report(report)
+        apply(batch)
+        steps.append(ReplayStep(observation, hit is not None, hit))
+    return Replay(steps, changes)

@@ -1,0 +1,113 @@
+"""The chain model (controller/chain.py) and its choice against the rhythm, on generated traces of a
+parameter server (a renewal process caused by the reply) and of a generator (a clock), through the
+scheduler's core as the controller drives it; the window's reach on a wide, skewed spread."""
+
+from __future__ import annotations
+
+import random
+
+from burst_traces import T0, lattice
+from pcnlab.controller.bursts import BurstKey, BurstReport
+from pcnlab.controller.chain import FIRST, RHYTHM, ChainConfig, ChainModels, reach
+from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.windows import PlannerConfig, WindowPlanner
+
+PS_PORT, WORKER_PORTS = 1, (2, 3, 4)
+WRITE_US = 3_000
+NEVER = ChainConfig(min_errors=10 ** 9)  # a chain that never takes over: the rhythm alone
+
+
+def ps_trace(rng: random.Random, n: int, compute_us: int = 175_000, wobble_us: int = 2_000) -> list[BurstReport]:
+    """A PS iteration as the switch sees it: the workers' gradients start at the PS's port, the queue
+    they meet makes the exchange last 60-160 ms, the PS's replies start at the workers' ports (a few ms
+    apart), and the next gradients start a compute time after the first reply."""
+    out, t = [], T0
+    for _ in range(n):
+        out.append(BurstReport("s1", PS_PORT, 1, t, 30))
+        reply = t + rng.randint(60_000, 160_000)
+        for i, port in enumerate(WORKER_PORTS):
+            out.append(BurstReport("s1", port, 1, reply + i * rng.randint(100, 1_500), 0))
+        t = reply + compute_us + rng.randint(-wobble_us, wobble_us)
+    return out
+
+
+def covered_after(steps, key: BurstKey, learning: int = 5) -> float:
+    mine = [s for s in steps if s.observation.report.key == key and s.observation.kind != "sub-burst"]
+    return sum(s.covered for s in mine[learning:]) / len(mine[learning:])
+
+
+def scheduler(chains: ChainConfig | None = None) -> WindowScheduler:
+    return WindowScheduler(planner=WindowPlanner(PlannerConfig(lead_us=5_000)), chains=ChainModels(chains))
+
+
+def test_ps_gradients_are_predicted_from_the_reply_and_covered():
+    trace = ps_trace(random.Random(1), 120)
+    chained = scheduler()
+    result = replay(trace, chained, write_latency_us=WRITE_US)
+    key = BurstKey("s1", PS_PORT, 1)
+    assert chained.chains.chosen(key) in {"2", "3", "4", FIRST}
+    with_chain = covered_after(result.steps, key)
+    rhythm_only = covered_after(replay(trace, scheduler(NEVER), write_latency_us=WRITE_US).steps, key)
+    assert with_chain >= 0.95
+    assert rhythm_only <= with_chain - 0.15  # the period spreads +-50 ms: the rhythm holds it worse
+    # The chain's error is the compute wobble, not the exchange's spread.
+    errors = [s.observation.error_us for s in result.steps[40:]
+              if s.observation.report.key == key and s.observation.error_us is not None]
+    assert len(errors) > 60 and max(abs(e) for e in errors) < 8_000
+    # Its windows open a compute time ahead of nothing: shorter than the rhythm would need.
+    windows = [c.window for c in result.changes if c.op == "arm" and c.window.key == key]
+    assert windows and max(w.length_us for w in windows[10:]) < 30_000
+
+
+def test_forecasts_are_logged_for_their_target_when_the_cause_is_reported():
+    trace = ps_trace(random.Random(2), 40)
+    core = scheduler()
+    forecasts = []
+    for report in trace:
+        observation, _ = core.on_report(report)
+        forecasts += [(report, f) for f in observation.forecasts if f.key.port == PS_PORT]
+    assert forecasts
+    for cause, f in forecasts[-10:]:
+        assert cause.key.port in WORKER_PORTS and f.model != RHYTHM
+        assert f.next_start_us - cause.t_us > 150_000  # a compute time of notice
+        assert f.confident
+
+
+def test_a_generator_keeps_its_rhythm():
+    """A clock-driven job: the replies come after each burst, but the next burst follows the clock."""
+    rng = random.Random(3)
+    starts = lattice(rng, 80, 500_000, 0.02)
+    trace = []
+    for t in starts:
+        trace.append(BurstReport("s1", PS_PORT, 1, t, 30))
+        trace.append(BurstReport("s1", 2, 1, t + rng.randint(50_000, 250_000), 0))
+    core = scheduler()
+    result = replay(trace, core, write_latency_us=WRITE_US)
+    key = BurstKey("s1", PS_PORT, 1)
+    assert core.chains.chosen(key) == RHYTHM
+    assert covered_after(result.steps, key) >= 0.95
+
+
+def test_a_restarted_switch_forgets_its_chains():
+    models = ChainModels()
+    for r in ps_trace(random.Random(4), 12):
+        models.observe_start(r, None)
+    key = BurstKey("s1", PS_PORT, 1)
+    assert models.chosen(key) != RHYTHM
+    models.observe_start(BurstReport("s1", PS_PORT, 1, 1_000, 0), None)  # the clock went back
+    assert models.chosen(key) == RHYTHM and models.period_us(key) == 0.0
+
+
+def test_reach_is_symmetric_when_narrow_and_the_densest_part_when_wide():
+    assert reach([1_000, -2_000, 500], jitter_us=1_500, spread=2.0, max_open_us=100_000) == (3_000, 3_000)
+    # The earliest of four workers, each drawing its start uniformly over +-600 ms: most starts are early.
+    rng = random.Random(5)
+    draws = [min(rng.uniform(-600_000, 600_000) for _ in range(4)) for _ in range(400)]
+    seen, fresh = draws[:16], draws[16:]
+    rms = (sum(d * d for d in seen) / len(seen)) ** 0.5
+    before, after = reach(seen, rms, 2.0, max_open_us=600_000)
+    assert before + after <= 600_000 + 1
+    covered = sum(-before <= d <= after for d in fresh) / len(fresh)
+    assert covered >= 0.8  # a symmetric window of the same length centred on the forecast: about half
+    centred = sum(-300_000 <= d <= 300_000 for d in fresh) / len(fresh)
+    assert covered > centred + 0.2

@@ -1,0 +1,84 @@
+"""Coverage on topologies with more than one switch between the workers and the PS, on real BMv2: the
+analysis (the workers' logs, the queue log) and the controller (its own verdict on each start it
+reported) agree within one iteration, and the prediction error is a fraction of a period, not one
+period (the analysis once judged in the host's clock and counted each start against the prediction
+its own report made for the next one)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import needs_bmv2
+
+pytestmark = [needs_bmv2, pytest.mark.slow]
+
+PERIOD_MS = 400
+
+TOPOLOGIES = {
+    # The paper's tree: workers on the leaves, the PS behind the root (two switches on every path).
+    "tree": ("{kind: tree, workers_per_leaf: 2, background_per_leaf: 1, bw: 20, uplink_bw: 40, queue: 60}",
+             "ps", "workers", "background"),
+    # Leaf-spine: the PS on the first leaf, the workers on the two others (three switches on every path).
+    "leaf-spine": ("{kind: leaf-spine, leaves: 3, spines: 2, hosts_per_leaf: 3, bw: 20, fabric_bw: 40, queue: 60}",
+                   "h1", "[h4, h5, h7, h8]", "[h2, h3]"),
+}
+
+SPEC = """
+name: cover
+topology: {topology}
+mode: {{kind: pcn, K: 40, K_pre: 10}}
+telemetry: 1
+jobs:
+  - {{name: gen, kind: generator, pattern: ps, ps: {ps}, workers: {workers}, burst_bytes: 40000,
+     reply_bytes: 1000, period_ms: {period}, iterations: 40, burst_gap_us: 50000, cc: cubic, ecn: true}}
+background:
+  - {{src: {background}, dst: {ps}, cc: cubic, ecn: true}}
+duration_s: 22
+warmup_s: 3
+"""
+
+
+@pytest.fixture(scope="module")
+def base():
+    folder = Path(tempfile.mkdtemp(prefix="pcnlab-cover-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_controller_and_analysis_agree_on_coverage(base, name):
+    topology, ps, workers, background = TOPOLOGIES[name]
+    spec = base / f"{name}.yaml"
+    spec.write_text(SPEC.format(topology=topology, ps=ps, workers=workers, background=background,
+                                period=PERIOD_MS))
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(base / name)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = base / name / "cover" / "latest" / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    ctl = metrics["controller"]
+    neck = metrics["bottleneck"]
+    network = json.loads((run / "network.json").read_text())
+    # The bottleneck is the PS's port, at a switch the workers reach through others.
+    ps_host = ps if ps.startswith("h") else "h1"
+    assert network["switches"][neck["switch"]]["ports"][str(neck["port"])] == ps_host
+    table = pd.read_csv(run / "iterations.csv")
+    assert len(table) >= 25
+    analysis_covered = int(table["covered"].sum())
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
+    actual = [e for e in events if e["type"] == "actual" and (e["switch"], e["port"]) == (neck["switch"], neck["port"])]
+    controller_covered = sum(bool(e["covered"]) for e in actual)
+    assert ctl["controller_judged"] == len(actual) and ctl["controller_coverage"] is not None
+    # Both judge in the switch's clock: the same starts covered, but for one at either end of the run.
+    assert abs(analysis_covered - controller_covered) <= 2, (analysis_covered, controller_covered, len(actual))
+    assert ctl["iteration_coverage_after_learning"] >= 0.8
+    # The forecasts are judged against the start they were for: errors of milliseconds, not a period.
+    assert ctl["prediction_error_us"]["p50"] < PERIOD_MS * 1000 / 10
