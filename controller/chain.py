@@ -7,14 +7,14 @@ the worker computes, and its gradients reach the PS's port a compute time later.
 (the reply is the same job's data towards another port), so the lag from one to the other is learned
 like any report: for every target key (switch, port, job) and cause (another port of the same switch
 and job, or `first`: whichever of them started first since the target's last start), the lag from the
-cause's first start since the target's last start to the target's next start, at least 40 % of the
-target's period (a cause must leave room for a window). A pair predicts the
+cause's first start since the target's last start to the target's next start, at least a quarter of
+the target's period (a cause must leave room for a window). A pair predicts the
 target's next start as the cause's start plus the median of its recent lags (made when the cause is
 reported: a compute time of notice).
 
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
-the rhythm's forecast (predictor.py) and every pair's, scored by the RMS of their errors; the smaller
-wins, with a margin before the choice changes. Nothing is assumed about the pattern (PS, sharded PS,
+the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
+the smaller wins, with a margin before the choice changes. Nothing is assumed about the pattern (PS, sharded PS,
 ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins at the PS.
 
 The window's reach either side of a prediction comes from the chosen model's own errors (`reach`):
@@ -42,9 +42,9 @@ class ChainConfig:
     errors: int = 12            # recent errors per model behind the choice and the window's reach
     min_errors: int = 3         # a model with fewer scored starts cannot be chosen over the rhythm
     min_lag_us: int = 2000      # a cause closer to the start than this gives no notice: not a cause,
-    min_lag_share: float = 0.4  # nor one closer than this x the target's period (a window must fit: a
+    min_lag_share: float = 0.25  # nor one closer than this x the target's period (a window must fit: a
                                 # ring neighbour starting 5 ms before is steady but gives no notice)
-    switch_margin: float = 0.8  # a challenger's RMS must be under this x the chosen model's to take over
+    switch_margin: float = 0.8  # a challenger's error must be under this x the chosen model's to take over
     gate_sigmas: float = 4.0    # a start within gate_sigmas x RMS of the prediction is a hit
     min_gate_us: float = 1000.0
     arm_hit_rate: float = 0.6   # a chain prediction is confident when this share of recent starts hit
@@ -172,14 +172,18 @@ class ChainModels:
         self._errors.setdefault((key, model), deque(maxlen=self.config.errors)).append(error)
 
     def _choose(self, key: BurstKey) -> None:
+        """The model whose recent errors are smallest, by their median absolute value: a few outliers
+        (a pair's first lags, learned while the job started) would hold an RMS up for a dozen
+        iterations."""
         cfg = self.config
-        scored = {m: errs for (k, m), errs in self._errors.items() if k == key and len(errs) >= cfg.min_errors}
+        scored = {m: _median([abs(e) for e in errs]) for (k, m), errs in self._errors.items()
+                  if k == key and len(errs) >= cfg.min_errors}
         if not scored:
             return
-        best = min(scored, key=lambda m: (_rms(scored[m]), m != RHYTHM))
+        best = min(scored, key=lambda m: (scored[m], m != RHYTHM))
         current = self._chosen.get(key, RHYTHM)
-        held = _rms(scored[current]) if current in scored else math.inf
-        if best != current and _rms(scored[best]) < cfg.switch_margin * held:
+        held = scored.get(current, math.inf)
+        if best != current and scored[best] < cfg.switch_margin * held:
             self._chosen[key] = best
 
     # --- what the scheduler asks ---------------------------------------------------------------------
