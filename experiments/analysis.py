@@ -102,10 +102,10 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
         # The same once the rhythm could have been learned: each job's first LEARNING iterations left out.
         settled = table[table.groupby("job").cumcount() >= LEARNING]
         out["iteration_coverage_after_learning"] = float(settled["covered"].mean()) if len(settled) else None
-        # The controller's own verdicts on the starts it reported there, beside the workers' truth.
-        hit, judged = it.controller_coverage(events, neck)
-        out["controller_coverage"] = hit / judged if judged else None
-        out["controller_judged"] = judged
+        # The controller's own verdicts on the iteration starts it was reported there, beside the truth.
+        hit, starts = it.controller_coverage(events, neck)
+        out["controller_coverage"] = hit / starts if starts else None
+        out["controller_starts"] = starts
         at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)
@@ -184,7 +184,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         neck = it.bottleneck(attributed)
         if neck is not None:
             rate = run.port_rates.get(neck)
-            table = it.per_iteration(attributed, queue, neck, rate, every)
+            table = it.per_iteration(attributed, queue, neck, rate, every, it.min_payloads(run.jobs))
             if run.mode == "pcn":
                 table["covered"] = it.covered(table, it.window_intervals(run.events), neck)
             at = queue[(queue["switch"] == neck[0]) & (queue["port"] == neck[1])]

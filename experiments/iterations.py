@@ -62,10 +62,21 @@ def attribute(queue: pd.DataFrame, iterations: pd.DataFrame, jobs: dict[int, dic
     return merged.drop(columns=["job_id", "comm_start_ns"])
 
 
+def min_payloads(jobs: dict[int, dict]) -> dict[int, int]:
+    """Per job id: the L4 payload from which a packet starts a burst (the run's `burst_min_payload`)."""
+    return {int(jid): int(job.get("burst_min_payload") or 0) for jid, job in jobs.items()}
+
+
 def per_iteration(attributed: pd.DataFrame, queue: pd.DataFrame, port: tuple[str, int], rate_pps: float | None,
-                  every: int = 1) -> pd.DataFrame:
+                  every: int = 1, min_payload: dict[int, int] | None = None) -> pd.DataFrame:
     """One row per (job, iteration) with data packets at `port`; times in that switch's clock.
-    With telemetry sampling 1 in `every`, packet and byte counts are scaled by it."""
+    With telemetry sampling 1 in `every`, packet and byte counts are scaled by it.
+
+    The iteration starts (first_in, start queue) at its first packet with at least the job's
+    `min_payload` bytes of L4 payload, as the data plane starts a burst (`burst_min_payload`): gloo
+    opens each ring all-reduce with 48-byte control messages 25-35 ms before the gradients, and
+    taking those for the start judged the controller's windows against a packet no window is for
+    (the iteration's first packet of any size, if none is that large)."""
     at = attributed[(attributed["switch"] == port[0]) & (attributed["port"] == port[1])]
     if at.empty:
         return pd.DataFrame(columns=ITERATION_COLUMNS)
@@ -76,14 +87,16 @@ def per_iteration(attributed: pd.DataFrame, queue: pd.DataFrame, port: tuple[str
     rows = []
     for (job, it), part in at.groupby(["job", "iteration"], sort=True):
         part = part.sort_values(["ingress_us", "seq"])
-        first_in, last_out = int(part["ingress_us"].iloc[0]), int(part["egress_us"].max())
+        large = part[part["payload_bytes"] >= (min_payload or {}).get(int(job), 0)]
+        first = large if not large.empty else part
+        first_in, last_out = int(first["ingress_us"].iloc[0]), int(part["egress_us"].max())
         bct_us = max(last_out - first_in, 1)
         nbytes = int(part["packet_length"].sum()) * every
         lo, hi = np.searchsorted(bg_t, first_in), np.searchsorted(bg_t, last_out, side="right")
         rows.append({
             "job": int(job), "iteration": int(it), "workers": int(part["worker"].nunique()),
-            "first_in_us": first_in, "last_out_us": last_out, "first_in_ns": int(part["ingress_ns"].iloc[0]),
-            "start_queue": int(part["enq_qdepth"].iloc[0]), "max_queue": int(part["enq_qdepth"].max()),
+            "first_in_us": first_in, "last_out_us": last_out, "first_in_ns": int(first["ingress_ns"].iloc[0]),
+            "start_queue": int(first["enq_qdepth"].iloc[0]), "max_queue": int(part["enq_qdepth"].max()),
             "packets": len(part) * every, "bytes": nbytes, "bct_ms": bct_us / 1000,
             "ideal_ms": ideal_bct_us(nbytes, rate_pps) / 1000 if rate_pps else float("nan"),
             "ddl_mbps": nbytes * 8 / bct_us,
@@ -165,12 +178,15 @@ def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -
 
 
 def controller_coverage(events: pd.DataFrame, port: tuple[str, int]) -> tuple[int, int]:
-    """(covered, judged): the controller's own verdicts at `port`, from its `actual` events (a start
-    it had predicted, and whether a window of its was open for it)."""
-    if events.empty or "type" not in events or "covered" not in events:
+    """(covered, starts): the controller's own view at `port`: the iteration starts it was reported
+    (every `report` but sub-bursts) and those a window of its was open for (its `actual` verdicts)."""
+    if events.empty or "type" not in events or "kind" not in events:
         return 0, 0
-    a = events[(events["type"] == "actual") & (events["switch"] == port[0]) & (events["port"] == port[1])]
-    return int(a["covered"].astype(bool).sum()), int(len(a))
+    here = events[(events["switch"] == port[0]) & (events["port"] == port[1])]
+    starts = here[(here["type"] == "report") & (here["kind"] != "sub-burst")]
+    actual = here[here["type"] == "actual"]
+    covered = int(actual["covered"].astype(bool).sum()) if "covered" in actual else 0
+    return covered, int(len(starts))
 
 
 def open_share(windows: pd.DataFrame, port: tuple[str, int], clock, span_us: tuple[int, int]) -> float:

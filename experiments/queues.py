@@ -18,7 +18,8 @@ def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
     if saved.exists() and saved.stat().st_size > 0 and (neck.get("switch"), neck.get("port")) == port:
         return pd.read_csv(saved)
     attributed = it.attribute(run.queue, run.iterations, run.jobs)
-    return it.per_iteration(attributed, run.queue, port, run.port_rates.get(port), run.telemetry_every)
+    return it.per_iteration(attributed, run.queue, port, run.port_rates.get(port), run.telemetry_every,
+                            it.min_payloads(run.jobs))
 
 
 def show_queues(path: Path, switch: str | None, port: int | None, around: int | None,
