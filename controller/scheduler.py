@@ -86,7 +86,7 @@ class PcnScheduler:
 
     def on_burst(self, switch: str, burst: BurstStart) -> None:
         report = BurstReport(switch, burst.port, burst.job, burst.ts_us, burst.queue_pkts)
-        covered = [w for w in self.core.planner.armed(report.key) if w.contains(report.t_us)]
+        covered = self.core.planner.covering(report.key, report.t_us)
         observation, changes = self.core.on_report(report)
         self.events.write("report", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                           queue_pkts=burst.queue_pkts, kind=observation.kind)

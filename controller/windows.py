@@ -17,6 +17,7 @@ core.py drives the planner from the reports (only those that start an iteration:
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -102,6 +103,9 @@ class WindowPlanner:
         self.config = config or PlannerConfig()
         self._armed: dict[BurstKey, list[Window]] = {}
         self._leads: dict[BurstKey, LeadTracker] = {}
+        # Recently removed windows and when (switch time): a start is judged by the windows in force when
+        # it began, and its report arrives after a window 1 ms past the start may have been expired.
+        self._removed: dict[BurstKey, deque[tuple[Window, int]]] = {}
 
     def tracker(self, key: BurstKey) -> LeadTracker:
         tracker = self._leads.get(key)
@@ -111,10 +115,16 @@ class WindowPlanner:
             tracker = self._leads[key] = LeadTracker(rate, cfg.lead_config())
         return tracker
 
+    def covering(self, key: BurstKey, t_us: int) -> list[Window]:
+        """The windows of `key` in force at `t_us`: open then and not removed before it, whether they
+        are still armed now or not."""
+        live = [w for w in self._armed.get(key, ()) if w.contains(t_us)]
+        return live + [w for w, at in self._removed.get(key, ()) if w.contains(t_us) and at > t_us]
+
     def observe_start(self, report: BurstReport) -> bool:
         """An iteration started: what it met teaches the key's lead. Returns whether a window of the key
         was open for it."""
-        covered = any(w.contains(report.t_us) for w in self._armed.get(report.key, ()))
+        covered = bool(self.covering(report.key, report.t_us))
         self.tracker(report.key).observe(report.queue_pkts, covered)
         return covered
 
@@ -186,6 +196,8 @@ class WindowPlanner:
             del self._armed[key]
         for key in [k for k in self._leads if k.switch == switch]:
             del self._leads[key]
+        for key in [k for k in self._removed if k.switch == switch]:
+            del self._removed[key]
 
     def _add(self, window: Window, reason: str, now_us: int) -> WindowChange:
         # The table's key is (port, range): two jobs' windows on a port must not share a range, or
@@ -199,6 +211,7 @@ class WindowPlanner:
 
     def _remove(self, window: Window, reason: str, now_us: int) -> WindowChange:
         self._armed[window.key].remove(window)
+        self._removed.setdefault(window.key, deque(maxlen=8)).append((window, now_us))
         return WindowChange("disarm", window, reason, now_us)
 
 

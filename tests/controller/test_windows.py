@@ -241,3 +241,21 @@ def test_back_to_back_iterations_whose_flights_fill_the_period_keep_their_window
     assert sum(s.covered for s in steps) >= 0.9 * len(steps)
     kinds = [s.observation.kind for s in result.steps if s.observation.report.t_us not in first][20:]
     assert sum(k in ("between", "sub-burst") for k in kinds) >= 0.9 * len(kinds)
+
+
+def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
+    """The report reaches the controller milliseconds after its packet, and a tick may have expired the
+    window (1 ms past the predicted start) meanwhile: the start was covered all the same, and the lead
+    learns it as covered."""
+    planner = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
+    planner.observe_start(BurstReport("s1", 2, 1, T0, 40))  # a standing queue: windows are needed
+    [arm] = planner.update(KEY, prediction(T0 + P), now_us=T0)
+    start = T0 + P + 200
+    assert arm.window.contains(start)
+    assert [c.op for c in planner.expire("s1", arm.window.end_us)] == ["disarm"]  # before the report came
+    assert planner.armed(KEY) == [] and planner.covering(KEY, start) == [arm.window]
+    lead = planner.tracker(KEY).lead_us
+    assert planner.observe_start(BurstReport("s1", 2, 1, start, 30)) is True
+    assert planner.tracker(KEY).lead_us == lead * 1.5  # covered, still above K_pre: the lead grows
+    # A window removed before the start (stale, replaced) did not cover it.
+    assert planner.covering(KEY, arm.window.end_us + 10) == []

@@ -80,7 +80,7 @@ def test_controller_and_analysis_agree_on_coverage(base, name):
     assert ctl["controller_starts"] == len(starts) and abs(len(starts) - len(table)) <= 2
     assert ctl["controller_coverage"] == controller_covered / len(starts)
     # Both judge in the switch's clock: the same starts covered, but for one at either end of the run.
-    assert abs(analysis_covered - controller_covered) <= 2, (analysis_covered, controller_covered, len(actual))
+    assert abs(analysis_covered - controller_covered) <= 2, (analysis_covered, controller_covered, len(starts))
     assert ctl["iteration_coverage_after_learning"] >= 0.8
     # The forecasts are judged against the start they were for: errors of milliseconds, not a period.
     assert ctl["prediction_error_us"]["p50"] < PERIOD_MS * 1000 / 10
