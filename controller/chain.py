@@ -6,16 +6,16 @@ meet, so a rhythm predicts it poorly. Its cause is steadier: the PS's reply reac
 the worker computes, and its gradients reach the PS's port a compute time later. The switch sees both
 (the reply is the same job's data towards another port), so the lag from one to the other is learned
 like any report: for every target key (switch, port, job) and cause (another port of the same switch
-and job, or `first`: whichever of them started first since the target's last start), the lag from the
-cause's first start since the target's last start to the target's next start, at least a quarter of
-the target's period (a cause must leave room for a window). A pair predicts the
-target's next start as the cause's start plus the median of its recent lags (made when the cause is
-reported: a compute time of notice).
+and job, or `first`: whichever of them started first), the lag from the cause's first start since the
+target's last report to the target's next start, at least a quarter of the target's period (a cause
+must leave room for a window). A pair predicts the target's next start as the cause's start plus the
+median of its recent lags (made when the cause is reported: a compute time of notice).
 
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
 the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
-the smaller wins, with a margin before the choice changes. Nothing is assumed about the pattern (PS, sharded PS,
-ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins at the PS.
+the smaller wins, with a margin before the choice changes. Nothing is assumed about the pattern (PS,
+sharded PS, ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins
+at the PS; a ring rank's neighbour starts too shortly before it to be a cause.
 
 The window's reach either side of a prediction comes from the chosen model's own errors (`reach`):
 spread x their RMS, unless that is wider than a window may stay open; then the densest part of the
@@ -204,8 +204,8 @@ class ChainModels:
 
     def on_cause(self, report: BurstReport) -> list[ChainForecast]:
         """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
-        each target whose chosen model is this cause (or FIRST, when this is the first start at another
-        port since the target's last start)."""
+        each target whose chosen model is this cause (or FIRST), when this is the cause's first start
+        since the target's last report."""
         cfg = self.config
         out = []
         for target in self._others(report.key):
