@@ -95,10 +95,9 @@ class WindowScheduler:
                             cfg.max_open_share * period)
         confident = forecast.errors >= chain_cfg.min_errors and forecast.hit_rate >= chain_cfg.arm_hit_rate
         gate = max(chain_cfg.gate_sigmas * forecast.rms_us, chain_cfg.min_gate_us)
-        queue = rhythm.forecast(forecast.next_start_us) if rhythm is not None else None
         return Prediction(key=forecast.target, next_start_us=forecast.next_start_us, period_us=period,
                           confidence=forecast.hit_rate, jitter_us=forecast.rms_us, based_on=forecast.errors,
-                          tolerance_us=gate, queue_pkts=queue.queue_pkts if queue is not None else 0,
+                          tolerance_us=gate, queue_pkts=rhythm.queue_pkts if rhythm is not None else 0,
                           confident=confident, model=forecast.model, early_us=early, late_us=late)
 
     def tick(self, switch: str, now_us: int) -> list[WindowChange]:
@@ -171,9 +170,8 @@ def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = N
     for report in reports:
         while (wake := scheduler.next_wakeup_us(report.switch)) is not None and wake < report.t_us:
             apply(scheduler.tick(report.switch, wake))
-        hit = next((w for w in scheduler.planner.armed(report.key)
-                    if w.contains(report.t_us) and armed_at.get(w, report.t_us) + write_latency_us <= report.t_us),
-                   None)
+        hit = next((w for w in scheduler.planner.covering(report.key, report.t_us)
+                    if armed_at.get(w, report.t_us) + write_latency_us <= report.t_us), None)
         observation, batch = scheduler.on_report(report)
         apply(batch)
         steps.append(ReplayStep(observation, hit is not None, hit))

@@ -74,6 +74,11 @@ class BurstPredictor:
     def period_us(self) -> float | None:
         return self._period
 
+    @property
+    def queue_pkts(self) -> int:
+        """The largest queue the recent bursts met (what a pre-drain has to drain)."""
+        return max(self._queues, default=0)
+
     def _model(self) -> tuple[bool, float]:
         """(use the line, jitter in us): the model whose recent errors were smaller (renewal until the
         line has a few points), and the RMS of its errors."""
@@ -296,7 +301,7 @@ class BurstPredictor:
         return Prediction(
             key=self.key, next_start_us=round(next_start), period_us=self._period, confidence=confidence,
             jitter_us=spread, based_on=len(self._points), tolerance_us=tol * math.sqrt(n),
-            queue_pkts=max(self._queues, default=0), confident=confidence >= cfg.arm_confidence,
+            queue_pkts=self.queue_pkts, confident=confidence >= cfg.arm_confidence,
             missed=missed)
 
     def predict(self, now_us: int) -> Prediction | None:
