@@ -89,7 +89,7 @@ class PcnScheduler:
         covered = self.core.planner.covering(report.key, report.t_us)
         observation, changes = self.core.on_report(report)
         self.events.write("report", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
-                          queue_pkts=burst.queue_pkts, kind=observation.kind)
+                          queue_pkts=burst.queue_pkts, kind=observation.kind, covered=bool(covered))
         if observation.predicted_us is not None:
             self.events.write("actual", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                               predicted_us=observation.predicted_us, error_us=observation.error_us,

@@ -8,6 +8,12 @@ that maximises the between-group variance (Otsu's method), accepted only when th
 gaps differ by at least `min_ratio` and the long gaps recur (`min_long` of them: one pause among
 iterations is not a second group). With no such split every report starts an iteration: there are no
 sub-bursts, or the iterations run back to back and cannot be told apart.
+
+A split is also dropped when its long gaps have stopped recurring: when the run of short gaps since the
+last long one is longer than any run between two long gaps (and than `min_gaps`), the long gaps are
+history, not iterations (measured: a ring's setup pauses, 2.5 s twice and 450 ms, before iterations 330 ms
+apart made every iteration a 'sub-burst' until the pauses left the history, 28 of 150 iterations). The
+gaps before that run are forgotten, and the split is learned again from what follows.
 """
 
 from __future__ import annotations
@@ -67,7 +73,28 @@ class IterationSegmenter:
             return True
         gap = t_us - last
         self._gaps.append(gap)
-        cfg = self.config
-        self.threshold_us = (split_gap(self._gaps, cfg.min_ratio, cfg.min_long) if len(self._gaps) >= cfg.min_gaps
-                             else None)
+        self.threshold_us = self._split()
+        if self.threshold_us is not None and self._stale(self.threshold_us):
+            recent = self._runs(self.threshold_us)[-1]
+            self._gaps = deque(list(self._gaps)[-recent:], maxlen=self.config.history)
+            self.threshold_us = self._split()
         return self.threshold_us is None or gap > self.threshold_us
+
+    def _split(self) -> float | None:
+        cfg = self.config
+        return split_gap(self._gaps, cfg.min_ratio, cfg.min_long) if len(self._gaps) >= cfg.min_gaps else None
+
+    def _runs(self, threshold: float) -> list[int]:
+        """The lengths of the runs of short gaps, oldest first; the last is the run since the last long gap."""
+        runs = [0]
+        for g in self._gaps:
+            if g > threshold:
+                runs.append(0)
+            else:
+                runs[-1] += 1
+        return runs
+
+    def _stale(self, threshold: float) -> bool:
+        runs = self._runs(threshold)
+        between = runs[1:-1]   # runs with a long gap on both sides
+        return runs[-1] > max(self.config.min_gaps, *between, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from burst_traces import T0, lattice, with_sub_bursts
-from pcnlab.controller.segments import IterationSegmenter, split_gap
+from pcnlab.controller.segments import IterationSegmenter, SegmenterConfig, split_gap
 
 
 def test_two_groups_of_gaps_split_between_them():
@@ -39,3 +39,18 @@ def test_without_sub_bursts_every_report_starts_an_iteration_and_a_restart_reset
     segmenter = IterationSegmenter()
     assert all(segmenter.starts_iteration(T0 + k * 100_000) for k in range(30))
     assert segmenter.starts_iteration(1_000)   # the switch's clock went back: it restarted
+
+
+def test_long_pauses_that_stop_recurring_do_not_make_every_iteration_a_sub_burst():
+    # Measured on pcn-ring: the ranks' setup left gaps of 2.6 s, 2.5 s and 450 ms before iterations about
+    # 330 ms apart; the long group of three outlived them and every iteration was a 'sub-burst'.
+    rng = random.Random(5)
+    t, times = T0, [T0]
+    for gap in [2_585_000, 2_549_000, 448_000] + [int(rng.uniform(290_000, 380_000)) for _ in range(40)]:
+        t += gap
+        times.append(t)
+    segmenter = IterationSegmenter()
+    verdicts = [segmenter.starts_iteration(t) for t in times]
+    missed = verdicts.count(False)
+    assert missed <= SegmenterConfig().min_gaps, verdicts
+    assert all(verdicts[-30:])

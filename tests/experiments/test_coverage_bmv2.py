@@ -75,8 +75,11 @@ def test_controller_and_analysis_agree_on_coverage(base, name):
     analysis_covered = int(table["covered"].sum())
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     here = [e for e in events if (e.get("switch"), e.get("port")) == (neck["switch"], neck["port"])]
-    controller_covered = sum(bool(e["covered"]) for e in here if e["type"] == "actual")
     starts = [e for e in here if e["type"] == "report" and e["kind"] != "sub-burst"]
+    controller_covered = sum(bool(e["covered"]) for e in starts)
+    # A start judged with a prediction near it says so again in its `actual` event, the same verdict.
+    verdicts = {e["t_us"]: e["covered"] for e in starts}
+    assert all(verdicts[e["t_us"]] == e["covered"] for e in here if e["type"] == "actual")
     assert ctl["controller_starts"] == len(starts) and abs(len(starts) - len(table)) <= 2
     assert ctl["controller_coverage"] == controller_covered / len(starts)
     # Both judge in the switch's clock: the same starts covered, but for one at either end of the run.
