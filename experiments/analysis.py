@@ -18,6 +18,7 @@ import pandas as pd
 
 from pcnlab.experiments import iterations as it
 from pcnlab.experiments import metrics as m
+from pcnlab.experiments.network_iterations import NETWORK, printed_iterations
 from pcnlab.results import RunData, load_run
 from pcnlab.topologies.routing import rate_mbps
 
@@ -161,6 +162,24 @@ def switch_bursts(at: pd.DataFrame, jobs: dict[int, dict]) -> dict:
             "bct_ms": stats([b.bct_us / 1000 for b in bursts])}
 
 
+def job_iterations(run: RunData) -> dict:
+    """Per job: where its iterations come from (its ranks' logs, or the network for a program that
+    logs none), how many rank 0 had, and for a torchrun job with `iteration_regex` how many it printed."""
+    table = run.iterations
+    out = {}
+    for job in run.jobs.values():
+        rows = table[table["job"] == job["name"]] if not table.empty else table
+        source = "network" if "source" in rows and (rows["source"] == NETWORK).any() else "log"
+        first = rows[rows["rank"] == (0 if job.get("kind") == "torchrun" else rows["rank"].min())] \
+            if not rows.empty else rows
+        entry = {"source": source, "found": int(first["iter"].nunique()) if not first.empty else 0}
+        printed = printed_iterations(run.path, job) if job.get("kind") == "torchrun" else None
+        if printed is not None:
+            entry.update(printed=printed, consistent=abs(entry["found"] - printed) <= 1)
+        out[job["name"]] = entry
+    return out
+
+
 def iteration_metrics(table: pd.DataFrame) -> dict:
     ratio = table["bct_ms"] / table["ideal_ms"] if not table.empty else []
     return {"start_queue_pkts": stats(table["start_queue"]), "max_queue_pkts": stats(table["max_queue"]),
@@ -199,6 +218,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         summaries = [json.loads(p.read_text()) for p in run.path.glob("queue-s*.summary.json")]
         out["telemetry"] = {"records": sum(s["records"] for s in summaries), "lost": sum(s["lost"] for s in summaries)}
     out["training"] = training_metrics(run)
+    out["job_iterations"] = job_iterations(run)
     out["controller"] = controller_metrics(run, table, neck)
     out["queue_full_drops"] = full_queue_drops(run_dir, neck)
     table.to_csv(run.path / "iterations.csv", index=False)

@@ -3,7 +3,8 @@
     from pcnlab.results import load_run, load_experiment
     run = load_run("results/pcn-paper/latest/mode=pcn,rep=1")
     run.queue          # the switch queue logs (every switch), with host-clock times and host names
-    run.iterations     # every worker's and PS's iteration records, one row each
+    run.iterations     # every worker's and PS's iteration records, one row each (a job that logs
+                       # none: its ranks' bursts, `source` "network": experiments/network_iterations.py)
     run.events         # the controller's event log
     run.flows          # the background flows' throughput intervals
     run.iteration_table  # iterations.csv: the DDL iterations measured at the bottleneck
@@ -232,7 +233,15 @@ class RunData:
                     rows.append({"job": anchor.get("job", log.parent.name), "role": anchor.get("role"),
                                  "rank": anchor.get("rank"), "host": anchor.get("host"), **rec})
         frame = pd.DataFrame(rows)
-        return frame.drop(columns=["type"]) if not frame.empty else frame
+        frame = frame.drop(columns=["type"]) if not frame.empty else frame
+        logged = set(frame["job"]) if not frame.empty else set()
+        # A job that logs nothing (a user's program without the hook): its iterations from the network.
+        from pcnlab.experiments.network_iterations import network_iterations
+
+        found = [network_iterations(self.queue, self.network, jid, job) for jid, job in self.jobs.items()
+                 if job.get("kind") == "torchrun" and job["name"] not in logged]
+        found = [f for f in found if not f.empty]
+        return pd.concat([frame, *found], ignore_index=True) if found else frame
 
     @cached_property
     def events(self) -> pd.DataFrame:

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from pcnlab.toolchain import thrift_client_available
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _why_no_root() -> str | None:
@@ -69,3 +75,22 @@ def no_machine_calibration(tmp_path_factory):
         os.environ.pop("PCNLAB_CALIBRATION", None)
     else:
         os.environ["PCNLAB_CALIBRATION"] = saved
+
+
+@pytest.fixture(scope="module")
+def module_results():
+    """A results folder the runs of one test module share, removed after them."""
+    folder = Path(tempfile.mkdtemp(prefix="pcnlab-results-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_experiment(text: str, results: Path, name: str, timeout: float = 300) -> Path:
+    """`pcnlab run` of the experiment `text` (written to results/<name>.yaml) into results/<name>, from
+    the project's folder; asserts it succeeded and returns that results folder."""
+    spec = results / f"{name}.yaml"
+    spec.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results / name)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return results / name

@@ -37,6 +37,7 @@ from pcnlab.workloads.hosts import TCP_CC, TCP_ECN, Hosts, ecn_value
 from pcnlab.workloads.netutil import check_cc
 from pcnlab.workloads.processes import FlowsHandle, JobHandle, WorkloadProcess
 from pcnlab.workloads.specs import FlowSpec, JobSpec, flow_labels
+from pcnlab.workloads.torchrun import program_argv, rank_env
 
 
 def _python_module(module: str) -> list[str]:
@@ -70,7 +71,7 @@ class Workloads:
             raise UsageError(f"job {spec.name!r} already ran in {self.run_dir}; give each job of a run its own name")
         folder.mkdir(parents=True)
         hosts.apply_settings(owner, todo)
-        if spec.kind != "burst" and spec.model in DIGITS_MODELS:
+        if spec.kind in ("ps", "ring") and spec.model in DIGITS_MODELS:
             from pcnlab.workloads.datasets import ensure_digits
 
             ensure_digits()  # once here, so the processes read the cached copy instead of importing sklearn
@@ -84,15 +85,20 @@ class Workloads:
         procs = []
         for label, rank, host in placements:
             base = f"{label}-{host}"
-            cfg = self._process_config(spec, label, rank, host, port, folder / f"{base}.jsonl", folder, peers,
-                                       ltp_ports[0])
+            log = folder / f"{base}.jsonl"
+            if spec.kind == "torchrun":  # the user's program: torchrun's environment, stderr kept apart
+                env = rank_env(spec, rank, peers.split(","), hosts.iface(host), port, log)
+                procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), program_argv(spec.argv), log,
+                                             folder / f"{base}.out", env=env, errors=folder / f"{base}.err"))
+                continue
+            cfg = self._process_config(spec, label, rank, host, port, log, folder, peers, ltp_ports[0])
             procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), _python_module(spec.kind) + to_argv(cfg),
-                                         folder / f"{base}.jsonl", folder / f"{base}.out"))
-        handle = JobHandle(spec, folder, procs)
+                                         log, folder / f"{base}.out"))
+        handle = JobHandle(spec, folder, procs, port)
         try:
             for p in procs:
                 handle.launch(hosts, self.ledger, p, folder / f"{p.label}-{p.host}")
-                if spec.kind != "burst":
+                if spec.kind not in ("burst", "torchrun"):  # a user's program writes no anchor to wait for
                     _wait_until_imported(p, spec.timeout_s)
         except BaseException:
             handle.stop()

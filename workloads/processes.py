@@ -44,6 +44,8 @@ class WorkloadProcess:
     argv: list[str]
     log: Path
     output: Path
+    env: dict[str, str] = field(default_factory=dict)   # added to process_env's
+    errors: Path | None = None   # stderr apart from stdout (a user's program: its last lines are the error)
     popen: subprocess.Popen | None = field(default=None, repr=False)
     returncode: int | None = None
     ended_ns: int | None = None
@@ -76,10 +78,13 @@ class WorkloadProcess:
         if self.returncode is None or self.returncode <= 0:
             return ""
         try:
-            lines = [ln.strip() for ln in self.output.read_text(errors="replace").splitlines()
+            lines = [ln.strip() for ln in (self.errors or self.output).read_text(errors="replace").splitlines()
                      if ln.strip() and not ln.startswith(("[W", "Warning", "warnings.warn"))]
         except OSError:
             return ""
+        if self.errors is not None:  # a program of the user's: its traceback's last lines, quoted
+            lines = [ln for ln in lines if not ln.startswith("Traceback (most recent call last)")]
+            return " | ".join(ln[:200] for ln in lines[-3:])
         return lines[-1][:300] if lines else ""
 
     def signal(self, sig: int) -> None:
@@ -107,8 +112,13 @@ class ProcessGroup:
         cwd.mkdir(parents=True, exist_ok=True)
         out = open(proc.output, "wb")
         self._outputs.append(out)
-        proc.popen = hosts.popen(proc.host, proc.argv, cwd=str(cwd), env=process_env(hosts.iface(proc.host)),
-                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        err = subprocess.STDOUT
+        if proc.errors is not None:
+            err = open(proc.errors, "wb")
+            self._outputs.append(err)
+        proc.popen = hosts.popen(proc.host, proc.argv, cwd=str(cwd),
+                                 env={**process_env(hosts.iface(proc.host)), **proc.env},
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         if ledger is not None:
             ledger.add_process(proc.popen.pid, f"{self.what} {self.name}: {proc.describe()}")
 
@@ -195,9 +205,38 @@ class ProcessGroup:
 class JobHandle(ProcessGroup):
     what = "job"
 
-    def __init__(self, spec: JobSpec, folder: Path, procs: list[WorkloadProcess]):
+    def __init__(self, spec: JobSpec, folder: Path, procs: list[WorkloadProcess], port: int = 0):
         super().__init__(spec.name, folder, procs)
         self.spec = spec
+        self.port = port
+        self._rendezvous = spec.kind != "torchrun"   # a user's program: not until its store is seen
+
+    def check(self) -> bool:
+        done = super().check()
+        if not self._rendezvous and not done:
+            first = self.procs[0]
+            if first.popen is not None and rendezvous_open(first.pid, self.port):
+                self._rendezvous = True
+            elif time.monotonic() - self.started > self.spec.timeout_s:
+                self.stop()
+                self.failure = (f"job {self.name}: {first.describe()} opened no rendezvous on port {self.port} "
+                                f"(MASTER_PORT) within {self.spec.timeout_s:g} s: does the program call "
+                                f"torch.distributed.init_process_group (env://)? stopped it; logs in {self.folder}")
+                raise WorkloadError(self.failure)
+        return done
+
+
+def rendezvous_open(pid: int, port: int) -> bool:
+    """A TCP socket on `port` in the network namespace of process `pid` (rank 0's torch.distributed
+    store listens on MASTER_PORT once init_process_group has begun)."""
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        if any(int(line.split()[1].rsplit(":", 1)[1], 16) == port for line in lines if line.strip()):
+            return True
+    return False
 
 
 class FlowsHandle(ProcessGroup):

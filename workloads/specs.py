@@ -15,7 +15,7 @@ from pcnlab.workloads.catalog import check_model
 from pcnlab.workloads.codecs import DEFAULT_RATIO, check_compression
 from pcnlab.workloads.config import BURST_PATTERNS, TRANSPORTS
 
-JOB_KINDS = ("ps", "ring", "burst")
+JOB_KINDS = ("ps", "ring", "burst", "torchrun")
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")   # job and flow names: they become file names
 
 
@@ -26,8 +26,9 @@ def check_name(what: str, name: str) -> None:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One DDL job: PyTorch parameter server ("ps"), PyTorch ring all-reduce ("ring") or the burst
-    generator ("burst", with pattern "ps" or "ring")."""
+    """One DDL job: PyTorch parameter server ("ps"), PyTorch ring all-reduce ("ring"), the burst
+    generator ("burst", with pattern "ps" or "ring"), or a program of the user's own started in every
+    worker host with torchrun's environment ("torchrun": `argv`, one rank per worker; torchrun.py)."""
 
     name: str
     kind: str
@@ -64,10 +65,15 @@ class JobSpec:
     ltp_theta_min: float = 0.8       # ltp: the lowest loss-tolerant threshold (workloads/ltp/earlyclose.py)
     seed: int = 0
     timeout_s: float = 120.0         # the processes' own rendezvous / connect timeout
+    # torchrun: the program and its arguments, and variables added to its environment
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "workers", tuple(self.workers))
         object.__setattr__(self, "servers", tuple(self.servers))
+        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "env", tuple(tuple(kv) for kv in self.env))
         if self.kind not in JOB_KINDS:
             raise UsageError(f"job {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(JOB_KINDS)}")
         check_name("job", self.name)
@@ -88,7 +94,9 @@ class JobSpec:
                 raise UsageError(f"job {self.name!r}: a ring needs at least two workers")
         if self.kind == "burst" and self.pattern == "ring" and len(set(self.workers)) != len(self.workers):
             raise UsageError(f"job {self.name!r}: a generator ring needs distinct worker hosts")
-        if self.kind != "burst":
+        if self.kind == "torchrun":
+            self._check_program()
+        elif self.kind != "burst":
             check_model(self.model, self.profile_scale)
         if self.transport not in TRANSPORTS:
             raise UsageError(f"job {self.name!r}: unknown transport {self.transport!r}; choose one of "
@@ -103,6 +111,20 @@ class JobSpec:
         if self.compression != "none" and self.transport != "tcp":
             raise UsageError(f"job {self.name!r}: compressed gradients travel over gloo (transport tcp); "
                              f"{self.transport} sends them as float32; use compression none with it")
+
+    def _check_program(self) -> None:
+        if not self.argv or not all(isinstance(a, str) for a in self.argv) or not self.argv[0]:
+            raise UsageError(f"job {self.name!r}: a torchrun job needs argv, the program and its arguments, "
+                             f"e.g. [python3, train.py]")
+        if self.servers:
+            raise UsageError(f"job {self.name!r}: a torchrun job has ranks, not servers; list every host as a worker")
+        if self.transport != "tcp" or self.compression != "none":
+            raise UsageError(f"job {self.name!r}: a torchrun job's program chooses its own transport and "
+                             f"compression; leave transport and compression unset")
+        for name, _ in self.env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise UsageError(f"job {self.name!r}: env name {name!r}: use letters, digits and '_', "
+                                 f"not starting with a digit")
 
     @property
     def comm_pattern(self) -> str:
@@ -119,6 +141,8 @@ class JobSpec:
         if self.kind == "burst":
             out = [(f"worker{i}", i, h) for i, h in enumerate(self.workers)]
             return ([("ps", -1, self.servers[0])] + out) if self.pattern == "ps" else out
+        if self.kind == "torchrun":
+            return [(f"rank{i}", i, h) for i, h in enumerate(self.workers)]
         servers = self.servers if self.kind == "ps" else ()
         return ([(f"ps{i}", i, h) for i, h in enumerate(servers)]
                 + [(f"worker{i}", len(servers) + i, h) for i, h in enumerate(self.workers)])

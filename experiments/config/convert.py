@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import shlex
 from typing import Any, Iterable
 
 from pcnlab.errors import UsageError
@@ -166,7 +167,45 @@ def convert(key: Key, raw: Raw, path: str) -> Any:
         if value == "auto" or isinstance(value, bool):
             return value
         raise error(raw.where, path, f"expected auto, true or false, got {fmt(value)}")
+    if kind == "argv":
+        return _argv(raw, path)
+    if kind == "env":
+        return _env(raw, path)
     raise AssertionError(f"no converter for {kind}")
+
+
+def _argv(raw: Raw, path: str) -> tuple[str, ...]:
+    """A program and its arguments: a list of words, or one line split as a shell would."""
+    value = raw.value
+    if isinstance(value, str):
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as exc:
+            raise error(raw.where, path, f"cannot split {value!r} into words ({exc}); write a list") from None
+    if not isinstance(value, list):
+        raise error(raw.where, path, f"expected a list of words (e.g. [train.py, --steps, 100]), got {fmt(value)}")
+    words = []
+    for child in value:
+        if isinstance(child.value, bool) or not isinstance(child.value, (str, int, float)):
+            raise error(child.where, path, f"expected a word (text or a number), got {fmt(child.value)}")
+        words.append(str(child.value))
+    return tuple(words)
+
+
+def _env(raw: Raw, path: str) -> tuple[tuple[str, str], ...]:
+    """Environment variables: a mapping of names to text (numbers and booleans as written)."""
+    if not raw.is_map:
+        raise error(raw.where, path, f"expected a mapping of variable names to values, got {fmt(raw.value)}")
+    out = []
+    for name, child in raw.value.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise error(child.key_where, join(path, name), "not a variable name: use letters, digits and '_', "
+                                                           "not starting with a digit")
+        value = child.value
+        if isinstance(value, (dict, list)) or value is None:
+            raise error(child.where, join(path, name), f"expected a value (text or a number), got {fmt(value)}")
+        out.append((name, ("true" if value else "false") if isinstance(value, bool) else str(value)))
+    return tuple(out)
 
 
 _SHORT_EXAMPLES = {"topology": "tree", "switch": "bmv2", "mode": "pcn", "telemetry": "10"}

@@ -4,6 +4,10 @@ pair, named."""
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
+
 from pcnlab.controller.dataplane import MAX_JOB_ID
 from pcnlab.experiments.config.convert import (convert, error, first_where, fmt, list_section, mapped_items, suggest,
                                                 value_of)
@@ -96,6 +100,9 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
             raise error(first_where(present.get("jitter_ms"), fallback=item.where), f"{path}.jitter_ms",
                         f"{values['jitter_ms']:g} ms is not below period_ms ({values['period_ms']:g} ms); "
                         "bursts would overlap")
+        if kind == "torchrun":
+            values["argv"] = _program(values["argv"], present, path, item)
+            _pattern(values["iteration_regex"], present, path)
         if values["reply_bytes"] is None:
             values["reply_bytes"] = values["burst_bytes"]
         if values["pcn_start"] == "auto":
@@ -128,6 +135,35 @@ def _transport(values: dict, present: dict[str, Raw], path: str, item: Raw, kind
             raise error(first_where(present.get("compression"), fallback=where), f"{path}.compression",
                         "ltp sends the gradients' own float32 values; use compression: none with ltp, or a "
                         "tcp transport with compression")
+
+
+def _program(argv: tuple[str, ...], present: dict[str, Raw], path: str, item: Raw) -> tuple[str, ...]:
+    """A torchrun job's program: there, with a script's path made absolute (the ranks run elsewhere)."""
+    where = first_where(present.get("argv"), fallback=item.where)
+    if not argv:
+        raise error(where, f"{path}.argv", "a torchrun job needs the program its ranks run, e.g. "
+                                           "argv: [examples/ddp_train.py, --steps, 100]")
+    first = argv[0]
+    if first.endswith(".py"):
+        script = Path(first).expanduser()
+        if not script.is_file():
+            raise error(where, f"{path}.argv", f"script {first} does not exist (relative to {Path.cwd()}, the "
+                                               "current folder); give its path")
+        return (str(script.resolve()), *argv[1:])
+    if not shutil.which(first):
+        raise error(where, f"{path}.argv", f"program {first!r} is not on PATH nor a file; give its path, or a "
+                                           ".py script")
+    return argv
+
+
+def _pattern(pattern: str | None, present: dict[str, Raw], path: str) -> None:
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise error(present["iteration_regex"].where, f"{path}.iteration_regex",
+                    f"not a regular expression ({exc}); e.g. '^step [0-9]+'") from None
 
 
 def _check_kernel_cc(cc: str, where, path: str, ltp: bool = False) -> None:

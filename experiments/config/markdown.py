@@ -12,7 +12,8 @@ from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 
 _TYPE_WORDS = {"int": "integer", "number": "number", "bool": "true/false", "choice": "one of", "name": "name",
                "text": "text", "lead": "auto or number", "every": "integer or off", "autobool": "auto/true/false",
-               "hosts": "hosts", "section": "mapping", "list": "list", "sweep": "mapping"}
+               "hosts": "hosts", "section": "mapping", "list": "list", "sweep": "mapping",
+               "argv": "list of text", "env": "mapping"}
 
 
 def _default_text(key: Key) -> str:

@@ -121,6 +121,9 @@ class JobConfig:
     transport: str = default("jobs", "transport")      # resolved: tcp | ltp (tcp-<cc> sets cc)
     ltp_deadline_ms: float = default("jobs", "ltp_deadline_ms")
     ltp_theta_min: float = default("jobs", "ltp_theta_min")
+    argv: tuple[str, ...] = ()                              # torchrun: its script's path made absolute
+    env: tuple[tuple[str, str], ...] = ()
+    iteration_regex: str | None = default("jobs", "iteration_regex")
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -134,7 +137,9 @@ class JobConfig:
                "pcn_start": self.pcn_start, "pcn_lead_us": self.pcn_start_lead_us}
         if self.transport == "ltp":
             out.update(transport="ltp", ltp_deadline_ms=self.ltp_deadline_ms, ltp_theta_min=self.ltp_theta_min)
-        if self.kind == "generator":
+        if self.kind == "torchrun":
+            out.update(argv=self.argv, env=self.env)
+        elif self.kind == "generator":
             out.update(pattern=self.pattern, burst_bytes=self.burst_bytes, reply_bytes=self.reply_bytes,
                        period_ms=self.period_ms, jitter_ms=self.jitter_ms)
         else:
@@ -155,6 +160,8 @@ class JobConfig:
             if f.name == "ps" and self.pattern != "ps":
                 continue
             value = getattr(self, f.name)
+            if f.name == "env":
+                value = dict(value)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

@@ -89,7 +89,7 @@ class Key:
 
     name: str
     type: str            # int | number | bool | choice | name | text | lead | every | autobool | hosts
-                         # | section | list | sweep
+                         # | section | list | sweep | argv | env
     default: Any
     doc: str
     unit: str = ""       # Mbit/s | packets | bytes | s | ms | us | MB
@@ -232,7 +232,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     "jobs": (
         Key("name", "name", REQUIRED, "the job's name (logs under jobs/<name>/)", default_doc="job<N>"),
         Key("kind", "choice", REQUIRED, "ps: PyTorch parameter server; ring: PyTorch ring all-reduce; "
-            "generator: the DDL burst generator (no PyTorch)", choices=JOB_KINDS, what="job kind"),
+            "generator: the DDL burst generator (no PyTorch); torchrun: your own program (argv), one rank per "
+            "worker host with torchrun's environment", choices=JOB_KINDS, what="job kind"),
         Key("pattern", "choice", "ps", "generator: workers send to one PS which answers (ps), or each worker "
             "to the next (ring)", choices=BURST_PATTERNS, applies=("generator",), what="pattern"),
         Key("ps", "hosts", "ps", "PS host(s): host names or a role; one host per PS shard (a generator: one "
@@ -294,6 +295,15 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("ltp_theta_min", "number", 0.8, "ltp: the lowest loss-tolerant threshold: before the deadline the PS "
             "closes an iteration only once every worker delivered at least this share (the threshold adapts "
             "to the measured loss between this and 1)", min=0, max=1, applies=LTP_KINDS),
+        Key("argv", "argv", (), "torchrun: the program each rank runs, with its arguments (a list, or one line "
+            "split as a shell would); a first word ending in .py is a Python script, run by the project's Python "
+            "(in a container: the image's python3), its path relative to the current folder",
+            applies=("torchrun",), default_doc="required"),
+        Key("env", "env", (), "torchrun: variables added to every rank's environment (after torchrun's own: "
+            "workloads/torchrun.py)", applies=("torchrun",), default_doc="none"),
+        Key("iteration_regex", "text", None, "torchrun: a pattern (Python re) of the lines rank 0 prints once "
+            "per iteration; their count is checked against the iterations the switches found",
+            nullable=True, applies=("torchrun",), default_doc="none"),
     ),
     "background": (
         Key("name", "name", REQUIRED, "the flow's name; with several src/dst pairs, name-1, name-2, ...",

@@ -52,7 +52,7 @@ def test_the_schema_takes_its_lists_from_their_owners():
     assert by_name(SECTIONS["topology"])["kind"].choices == tuple(topos.TOPOLOGIES)
     assert by_name(SECTIONS["mode"])["K"].max == dataplane.MAX_QDEPTH
     # The file's job kinds are the launcher's, with the burst generator called a generator.
-    assert JOB_KINDS == ("ps", "ring", "generator") and len(JOB_KINDS) == len(specs.JOB_KINDS)
+    assert JOB_KINDS == ("ps", "ring", "generator", "torchrun") and len(JOB_KINDS) == len(specs.JOB_KINDS)
     assert all(k.applies == workload_config.TRAIN_KINDS for k in SECTIONS["jobs"] if k.name in ("model", "lr"))
     # Host counts are bounded by what the topologies can build.
     assert all(k.max in (topos.MAX_HOSTS, topos.MAX_SWITCHES) for params in TOPOLOGY_PARAMS.values()

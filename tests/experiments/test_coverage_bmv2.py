@@ -7,16 +7,11 @@ its own report made for the next one)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import needs_bmv2
+from conftest import needs_bmv2, run_experiment
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
@@ -46,23 +41,11 @@ warmup_s: 3
 """
 
 
-@pytest.fixture(scope="module")
-def base():
-    folder = Path(tempfile.mkdtemp(prefix="pcnlab-cover-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.mark.parametrize("name", sorted(TOPOLOGIES))
-def test_controller_and_analysis_agree_on_coverage(base, name):
+def test_controller_and_analysis_agree_on_coverage(module_results, name):
     topology, ps, workers, background = TOPOLOGIES[name]
-    spec = base / f"{name}.yaml"
-    spec.write_text(SPEC.format(topology=topology, ps=ps, workers=workers, background=background,
-                                period=PERIOD_MS))
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(base / name)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = base / name / "cover" / "latest" / "run"
+    text = SPEC.format(topology=topology, ps=ps, workers=workers, background=background, period=PERIOD_MS)
+    run = run_experiment(text, module_results, name) / "cover" / "latest" / "run"
     metrics = json.loads((run / "metrics.json").read_text())
     ctl = metrics["controller"]
     neck = metrics["bottleneck"]

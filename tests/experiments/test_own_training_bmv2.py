@@ -1,0 +1,70 @@
+"""A user's own training script as a job (kind torchrun) through a congested BMv2 port: the unmodified
+DDP example, which logs nothing of ours, trains, and the iterations the network shows equal the steps it
+prints; with the one-line hook, every per-iteration metric of the built-in workloads is there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, needs_bmv2, run_experiment
+
+pytestmark = [needs_bmv2, pytest.mark.slow]
+
+STEPS = 40
+SPEC = """
+name: own
+topology: {{kind: star, hosts: 4, bw: 20, queue: 60}}
+mode: {{kind: ecn, K: 40, K_pre: 10}}
+telemetry: 1
+jobs:
+  - name: ddp
+    kind: torchrun
+    workers: [h1, h2, h3]
+    argv: [{script}, --steps, {steps}, --compute-ms, 100]
+    iteration_regex: '^step [0-9]+'
+    burst_gap_us: 50000
+background:
+  - {{src: h4, dst: h1, cc: cubic, ecn: true}}
+duration_s: 40
+warmup_s: 2
+"""
+
+
+def _run(results: Path, script: str) -> Path:
+    text = SPEC.format(script=ROOT / "examples" / script, steps=STEPS)
+    return run_experiment(text, results, Path(script).stem) / "own" / "latest" / "run"
+
+
+def test_the_unmodified_script_trains_and_the_network_finds_its_iterations(module_results):
+    run = _run(module_results, "ddp_train.py")
+    out = (run / "jobs" / "ddp" / "rank0-h1.out").read_text().splitlines()
+    losses = [float(line.split()[3]) for line in out if line.startswith("step ")]
+    assert len(losses) == STEPS and sum(losses[-5:]) < sum(losses[:5]) and out[-1].startswith("accuracy ")
+    metrics = json.loads((run / "metrics.json").read_text())
+    found = metrics["job_iterations"]["ddp"]
+    # DDP broadcasts the parameters once before the first step: at most one more than printed.
+    assert found["source"] == "network" and found["printed"] == STEPS and found["consistent"], found
+    table = pd.read_csv(run / "iterations.csv")
+    assert (metrics["bottleneck"]["switch"], metrics["bottleneck"]["port"]) == ("s1", 1)   # h1's congested port
+    assert abs(len(table) - STEPS) <= 1 and table["start_queue"].mean() > 5       # a queue stood there
+    assert 100 <= metrics["training"]["iteration_ms"]["p50"] < 1000
+
+
+def test_with_the_hook_every_per_iteration_metric_is_there(module_results):
+    run = _run(module_results, "ddp_train_hooked.py")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["job_iterations"]["ddp"] == {"source": "log", "found": STEPS, "printed": STEPS, "consistent": True}
+    for rank, host in enumerate(("h1", "h2", "h3")):
+        lines = [json.loads(x) for x in (run / "jobs" / "ddp" / f"rank{rank}-{host}.jsonl").read_text().splitlines()]
+        its = [r for r in lines if r["type"] == "iteration"]
+        assert [r["iter"] for r in its] == list(range(STEPS))
+        assert all(r["comm_start_ns"] - r["compute_start_ns"] >= 100e6 for r in its)   # --compute-ms 100
+    table = pd.read_csv(run / "iterations.csv")
+    assert len(table) >= STEPS - 1 and table[["start_queue", "bct_ms", "ddl_mbps"]].notna().all().all()
+    assert metrics["iterations"]["consistent"]
+    training = metrics["training"]
+    assert training["iteration_ms"]["n"] == 3 * (STEPS - 1)

@@ -1,0 +1,110 @@
+"""The one line a user's DDP script adds to give PCN Lab every per-iteration metric of its own
+workloads: `attach(model)` on its DistributedDataParallel model (examples/ddp_train_hooked.py).
+
+An iteration starts at a training forward of the model (grad enabled, training mode) and its
+communication at the first gradient bucket DDP hands to its communication hook: that moment ends the
+iteration's compute (DDP overlaps the rest of backward with the all-reduce); the communication ends
+when the last bucket's all-reduce has completed. Each iteration becomes one record of the testbed's
+per-iteration log schema (joblog.py) in the file the launcher names (PCNLAB_LOG, torchrun.py). The
+all-reduce is DDP's default one (allreduce_hook: sum, then divide by the world size), so the training
+is unchanged.
+
+In pcn-host runs (PCNLAB_PCN_START=1) the hook announces each iteration's gradients (PCN-START,
+announce.py) to the ring successor, where gloo's ring all-reduce sends them, one lead before the
+communication is expected: the previous iteration's compute time after the forward began.
+
+Outside PCN Lab (no PCNLAB_LOG in the environment) `attach` does nothing and returns None.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+
+from pcnlab.workloads.announce import Announcer, start_listener
+from pcnlab.workloads.joblog import JsonLog
+
+
+class IterationHook:
+    """The state of one attached model: the iteration under way and its moments (monotonic ns)."""
+
+    def __init__(self, log: JsonLog, world: int, announcer: Announcer | None):
+        self.log, self.world, self.announcer = log, world, announcer
+        self.iter = -1
+        self.compute_start = self.comm_start = 0
+        self.last_compute_ns = 0
+        self.bytes = 0
+        self.outstanding = 0
+        self.last_seen = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def on_forward(self, module, _inputs) -> None:
+        import torch
+
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        with self._lock:
+            self.iter += 1
+            self.compute_start, self.comm_start, self.bytes = time.monotonic_ns(), 0, 0
+            self.outstanding, self.last_seen = 0, False
+        if self.announcer is not None and self.last_compute_ns:
+            expected = self.compute_start + self.last_compute_ns
+            delay = max(0.0, (expected - time.monotonic_ns()) / 1e9 - self.announcer.lead_us() / 1e6)
+            self._timer = threading.Timer(delay, self.announcer.before, (expected, self.iter))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def comm_hook(self, _state, bucket):
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        with self._lock:
+            if not self.comm_start:
+                self.comm_start = time.monotonic_ns()
+                self.last_compute_ns = self.comm_start - self.compute_start
+            self.outstanding += 1
+            self.bytes += bucket.buffer().numel() * bucket.buffer().element_size()
+            if bucket.is_last():
+                self.last_seen = True
+        future = allreduce_hook(None, bucket)
+        return future.then(self._done)
+
+    def _done(self, future):
+        with self._lock:
+            self.outstanding -= 1
+            if self.last_seen and self.outstanding == 0 and self.comm_start:
+                end = time.monotonic_ns()
+                self.log.iteration(iter=self.iter, compute_start_ns=self.compute_start, compute_end_ns=self.comm_start,
+                                   comm_start_ns=self.comm_start, comm_end_ns=end, bytes_sent=self.bytes,
+                                   bytes_recv=self.bytes, loss=None,
+                                   **({"announce_ns": self.announcer.last_ns} if self.announcer else {}))
+                self.comm_start = 0
+        return future.value()
+
+
+def attach(model) -> IterationHook | None:
+    """Log `model`'s iterations (a torch DistributedDataParallel) for PCN Lab, and announce them in
+    pcn-host runs; nothing outside PCN Lab. Call it once, before training."""
+    path = os.environ.get("PCNLAB_LOG")
+    if not path:
+        return None
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    job, host = os.environ.get("PCNLAB_JOB", "job"), os.environ.get("PCNLAB_HOST", "")
+    log = JsonLog(path, job=job, host=host, role="worker", rank=rank,
+                  config={"kind": "torchrun", "rank": rank, "world": world, "hook": "ddp"})
+    atexit.register(log.close)
+    announcer = None
+    if os.environ.get("PCNLAB_PCN_START") == "1":
+        port = int(os.environ["PCNLAB_ANNOUNCE_PORT"])
+        start_listener(log, "0.0.0.0", port)   # absorbs the predecessor's announcements
+        announcer = Announcer(log, [os.environ["PCNLAB_ANNOUNCE_TO"]], port, job, rank,
+                              sum(p.numel() * p.element_size() for p in model.parameters()),
+                              float(os.environ.get("PCNLAB_PCN_LEAD_US") or 0))
+    hook = IterationHook(log, world, announcer)
+    model.register_forward_pre_hook(hook.on_forward)
+    model.register_comm_hook(None, hook.comm_hook)
+    return hook
