@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 NEED_VENV = $(if $(wildcard $(PCNLAB)),,$(error $(PCNLAB) is missing (no .venv here yet): run `make deps` first))
 
 .DEFAULT_GOAL := help
-.PHONY: help deps test run p4 doctor clean up ssh bench
+.PHONY: help deps test run p4 doctor clean up ssh bench image
 
 help:  ## this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,6 +24,9 @@ run: deps  ## run experiments/smoke.yaml (ecn vs pcn, about two minutes)
 
 p4: deps  ## compile p4src/ into p4src/build/
 	$(PCNLAB) p4
+
+image: deps  ## the default worker image for jobs with image: (containers/Containerfile; no image registry needed)
+	$(SUDO) bash scripts/image.sh
 
 doctor:  ## what this machine has and lacks, with the command that fixes each (installs nothing)
 	$(NEED_VENV)

@@ -127,6 +127,21 @@ def check_ports() -> Check:
     return Check("ports", True, "9559 and 9090 free; runs pick free ports unless told a base port", required=False)
 
 
+def check_podman() -> Check:
+    """Jobs with `image:` run their ranks in podman containers: podman, its runtime here, the image."""
+    from pcnlab.workloads.containers import DEFAULT_IMAGE, choose_runtime, image_exists, podman_available
+
+    why_not = podman_available()
+    if why_not is not None:
+        return Check("podman", False, f"{why_not} (only jobs with image: need it)", required=False)
+    runtime = choose_runtime()
+    version = tool_output_line(["podman", "--version"])
+    have_image = image_exists(DEFAULT_IMAGE)
+    image = f"default image {DEFAULT_IMAGE} " + ("present" if have_image else "absent: `make image`")
+    return Check("podman", have_image, f"{version}; runtime {runtime.name} ({runtime.why}); {image}",
+                 required=False)
+
+
 def run_checks() -> list[Check]:
     return [
         check_root(),
@@ -141,6 +156,7 @@ def run_checks() -> list[Check]:
         check_congestion_controls(),
         check_ecn(),
         check_ports(),
+        check_podman(),
     ]
 
 

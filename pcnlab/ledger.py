@@ -4,7 +4,8 @@ Each run keeps a ledger (JSON) in its run folder; an index entry in the state di
 while the run is live. `pcnlab clean` reads the entries whose owner process is gone and removes what
 they list: processes (identified by PID *and* start time, so a recycled PID is never hit), every
 process in a network namespace the run made (identified by the namespace's inode), and root-namespace
-interfaces (identified by name *and* ifindex). Nothing is matched by a name pattern.
+interfaces (identified by name *and* ifindex), and podman containers (by the id podman wrote to the
+run's --cidfile, else by their name, which holds the run's id). Nothing is matched by a name pattern.
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ class InterfaceEntry:
 
 
 @dataclass
+class ContainerEntry:
+    """A rank's podman container, recorded before `podman run` starts it."""
+
+    name: str
+    cidfile: str | None = None  # podman writes the container's id there as it creates it
+
+    def ident(self) -> str:
+        from pcnlab.workloads.containers import container_id
+
+        return (container_id(Path(self.cidfile)) if self.cidfile else None) or self.name
+
+
+@dataclass
 class LedgerData:
     run_id: str
     run_dir: str
@@ -85,6 +99,7 @@ class LedgerData:
     namespaces: list[NamespaceEntry] = field(default_factory=list)
     interfaces: list[InterfaceEntry] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    containers: list[ContainerEntry] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, text: str) -> "LedgerData":
@@ -99,6 +114,7 @@ class LedgerData:
             namespaces=[NamespaceEntry(**n) for n in raw.get("namespaces", [])],
             interfaces=[InterfaceEntry(**i) for i in raw.get("interfaces", [])],
             files=list(raw.get("files", [])),
+            containers=[ContainerEntry(**c) for c in raw.get("containers", [])],
         )
 
     def owner_alive(self) -> bool:
@@ -144,6 +160,11 @@ class RunLedger:
             self.data.interfaces.append(InterfaceEntry(name, index))
             self._save()
 
+    def add_container(self, name: str, cidfile: str | Path | None = None) -> None:
+        """Record a container before starting it (`run_argv(..., cidfile=...)` writes its id there)."""
+        self.data.containers.append(ContainerEntry(name, None if cidfile is None else str(cidfile)))
+        self._save()
+
     def add_file(self, path: str | Path) -> None:
         self.data.files.append(str(path))
         self._save()
@@ -169,10 +190,13 @@ class CleanReport:
     killed: list[str] = field(default_factory=list)
     removed_interfaces: list[str] = field(default_factory=list)
     removed_files: list[str] = field(default_factory=list)
+    removed_containers: list[str] = field(default_factory=list)
     marked_killed: bool = False     # its status.json said running: now killed
 
     def summary(self) -> str:
         parts = [f"{len(self.killed)} processes", f"{len(self.removed_interfaces)} interfaces"]
+        if self.removed_containers:
+            parts.append(f"{len(self.removed_containers)} containers")
         if self.removed_files:
             parts.append(f"{len(self.removed_files)} files")
         marked = "; status.json marked killed" if self.marked_killed else ""
@@ -215,6 +239,8 @@ def clean_ledger(data: LedgerData) -> CleanReport:
             if ns is not None and (process_start_time(pid) or -1) >= ns.start_time:
                 victims.setdefault(pid, f"process in {ns.node}")
     _terminate(victims, report)
+    if data.containers:  # after the processes: a killed `podman run` leaves its container running
+        _remove_containers(data.containers, report)
     for intf in data.interfaces:
         if intf.present():
             subprocess.run(["ip", "link", "del", intf.name], capture_output=True)
@@ -226,6 +252,19 @@ def clean_ledger(data: LedgerData) -> CleanReport:
             path.unlink()
             report.removed_files.append(name)
     return report
+
+
+def _remove_containers(containers: list[ContainerEntry], report: CleanReport) -> None:
+    from pcnlab.workloads.containers import container_exists, remove
+
+    for entry in containers:
+        ident = entry.ident()
+        try:
+            if container_exists(ident):
+                remove(ident)
+                report.removed_containers.append(entry.name)
+        except (OSError, RuntimeError, subprocess.SubprocessError):
+            pass  # podman gone or stuck: not counted as removed (the summary says what was)
 
 
 def _terminate(victims: dict[int, str], report: CleanReport) -> None:
