@@ -2,8 +2,8 @@
 container from the default image in a real network namespace, and its removal by the run ledger.
 
 Real podman throughout. The image is built once per session by scripts/image.sh (what `make image`
-runs) when it is missing: about 3 minutes from nothing on this machine (2 cores), seconds when only the
-base exists. PCNLAB_NO_IMAGE_BUILD=1 skips those tests instead.
+runs) when it is missing: 100 s from nothing on this machine (2 cores: debootstrap 48 s, the build 48 s),
+about 50 s when the base image exists. PCNLAB_NO_IMAGE_BUILD=1 skips those tests instead.
 """
 
 from __future__ import annotations
