@@ -11,11 +11,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from pcnlab.toolchain import thrift_client_available
+from pcnlab.workloads.containers import DEFAULT_IMAGE, image_exists, podman_available
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +54,27 @@ needs_root = _skipif(_why_no_root())
 needs_mininet = _skipif(_why_no_mininet())
 needs_bmv2 = _skipif(_why_no_bmv2())
 needs_p4c = _skipif(_why_no_p4c())
+WHY_NO_PODMAN = podman_available()
+needs_podman = _skipif(WHY_NO_PODMAN)
+
+
+@pytest.fixture(scope="session")
+def worker_image() -> str:
+    """The default image, built through scripts/image.sh if it is missing."""
+    if WHY_NO_PODMAN is not None:
+        pytest.skip(WHY_NO_PODMAN)
+    if image_exists(DEFAULT_IMAGE):
+        return DEFAULT_IMAGE
+    if os.environ.get("PCNLAB_NO_IMAGE_BUILD") == "1":
+        pytest.skip(f"{DEFAULT_IMAGE} is absent and PCNLAB_NO_IMAGE_BUILD=1: make image")
+    if shutil.which("debootstrap") is None:
+        pytest.skip(f"{DEFAULT_IMAGE} is absent and debootstrap is not installed: make deps")
+    start = time.monotonic()
+    built = subprocess.run(["bash", str(ROOT / "scripts" / "image.sh")], capture_output=True, text=True,
+                           timeout=1800)
+    assert built.returncode == 0, f"scripts/image.sh failed:\n{built.stdout[-2000:]}{built.stderr[-2000:]}"
+    print(f"\nbuilt {DEFAULT_IMAGE} in {time.monotonic() - start:.0f} s:\n{built.stdout}")
+    return DEFAULT_IMAGE
 
 
 @pytest.fixture

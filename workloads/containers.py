@@ -143,7 +143,7 @@ def run_argv(name: str, spec: ContainerSpec, netns_pid: int, argv: list[str], en
         raise UsageError(f"container {name}: environment name {bad[0]!r} is not a valid variable name")
     runtime = choose_runtime()
     cmd = ["podman", *runtime.global_flags, "run", "--rm", "--name", name, "--pull", "never",
-           "--network", f"ns:/proc/{netns_pid}/ns/net", "--log-driver", "none",
+           "--network", _network(netns_pid), "--log-driver", "none",
            *runtime.run_flags, *spec.limit_flags()]
     if cidfile is not None:
         cmd += ["--cidfile", str(cidfile)]
@@ -152,6 +152,20 @@ def run_argv(name: str, spec: ContainerSpec, netns_pid: int, argv: list[str], en
     for key, value in env.items():
         cmd += ["-e", f"{key}={value}"]
     return cmd + ["-w", str(Path(workdir).resolve()), spec.image, *argv]
+
+
+def _network(netns_pid: int) -> str:
+    """podman's --network for the namespace of process `netns_pid`: `ns:` its path, or `host` when it is
+    the launching process's own (loopback runs): given that namespace as a path, podman applies its default
+    sysctls there and runc refuses ("sysctl net.ipv4.ping_group_range not allowed in host network
+    namespace")."""
+    path = f"/proc/{netns_pid}/ns/net"
+    try:
+        if os.readlink(path) == os.readlink("/proc/self/ns/net"):
+            return "host"
+    except OSError:
+        raise UsageError(f"no process {netns_pid} to take a network namespace from (is its host still up?)") from None
+    return f"ns:{path}"
 
 
 def podman_available() -> str | None:

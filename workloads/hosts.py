@@ -8,6 +8,7 @@ handed out. On loopback every "host" is 127.0.0.N and no host setting may be mad
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -68,6 +69,11 @@ class Hosts:
 
     def iface(self, name: str) -> str:
         return "lo" if self.net is None else self.net.host(name).defaultIntf().name
+
+    def netns_pid(self, name: str) -> int:
+        """A process in host `name`'s network namespace (its Mininet shell; on loopback: this one), which
+        a container joins (`--network ns:/proc/<pid>/ns/net`)."""
+        return os.getpid() if self.net is None else self.net.host(name).pid
 
     def popen(self, name: str, argv: list[str], **kwargs) -> subprocess.Popen:
         if self.net is None:

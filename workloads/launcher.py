@@ -16,13 +16,15 @@ folder; `stop()` ends exactly those processes (SIGTERM, then SIGKILL: processes.
 Files, under run_dir:
     jobs/<job>/job.json                the spec and every process (label, rank, host, ip, pid, argv)
     jobs/<job>/<label>-<host>.jsonl    its per-iteration log (joblog.py), e.g. worker1-h3.jsonl
-    jobs/<job>/<label>-<host>.out      its stdout and stderr
+    jobs/<job>/<label>-<host>.out      its stdout and stderr (a torchrun rank: stdout; stderr in .err)
+    jobs/<job>/<label>-<host>.cid      a rank in a container: its id (podman --cidfile)
     jobs/<job>/<label>-<host>/         its working folder
     flows/<flow>.sender.jsonl, flows/<flow>.receiver.jsonl, flows/<flow>.*.out, flows/flows.json
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -33,9 +35,10 @@ from typing import Sequence
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import DIGITS_MODELS
 from pcnlab.workloads.config import BurstConfig, FlowConfig, TrainConfig, to_argv
+from pcnlab.workloads.containers import container_name, run_argv
 from pcnlab.workloads.hosts import TCP_CC, TCP_ECN, Hosts, ecn_value
 from pcnlab.workloads.netutil import check_cc
-from pcnlab.workloads.processes import FlowsHandle, JobHandle, WorkloadProcess
+from pcnlab.workloads.processes import FlowsHandle, JobHandle, WorkloadProcess, workload_env
 from pcnlab.workloads.specs import FlowSpec, JobSpec, flow_labels
 from pcnlab.workloads.torchrun import program_argv, rank_env
 
@@ -87,9 +90,7 @@ class Workloads:
             base = f"{label}-{host}"
             log = folder / f"{base}.jsonl"
             if spec.kind == "torchrun":  # the user's program: torchrun's environment, stderr kept apart
-                env = rank_env(spec, rank, peers.split(","), hosts.iface(host), port, log)
-                procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), program_argv(spec.argv), log,
-                                             folder / f"{base}.out", env=env, errors=folder / f"{base}.err"))
+                procs.append(self._rank(spec, label, rank, host, port, log, folder, peers.split(",")))
                 continue
             cfg = self._process_config(spec, label, rank, host, port, log, folder, peers, ltp_ports[0])
             procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), _python_module(spec.kind) + to_argv(cfg),
@@ -109,6 +110,28 @@ class Workloads:
             "processes": [{"label": p.label, "rank": p.rank, "host": p.host, "ip": p.ip, "pid": p.pid,
                            "log": p.log.name, "argv": p.argv} for p in procs]}, indent=1))
         return handle
+
+    def _rank(self, spec: JobSpec, label: str, rank: int, host: str, port: int, log: Path, folder: Path,
+              ips: list[str]) -> WorkloadProcess:
+        """A rank of a torchrun job: the program in its host, or (spec.container) `podman run` of it in
+        a container that joins the host's network namespace, with the run folder and the script's folder
+        mounted at their own paths and the rank's working folder as its working folder."""
+        base = f"{label}-{host}"
+        env = rank_env(spec, rank, ips, self.hosts.iface(host), port, log)
+        proc = WorkloadProcess(label, rank, host, self.hosts.ip(host), program_argv(spec.argv), log,
+                               folder / f"{base}.out", env=env, errors=folder / f"{base}.err")
+        if spec.container is None:
+            return proc
+        run = self.run_dir.resolve()
+        name = container_name(f"{run.name}-{hashlib.sha1(str(run).encode()).hexdigest()[:8]}", spec.name, rank)
+        script = Path(spec.argv[0])
+        mounts = [run] + ([script.parent] if script.suffix == ".py" and script.is_absolute() else [])
+        proc.container, proc.cidfile, proc.netns_pid = name, folder / f"{base}.cid", self.hosts.netns_pid(host)
+        proc.argv = run_argv(name, spec.container, proc.netns_pid,
+                             program_argv(spec.argv, python="python3"),
+                             {**workload_env(self.hosts.iface(host)), **env}, mounts, folder / base, proc.cidfile)
+        proc.env = {}   # the container's variables are in podman's -e flags; podman itself needs none
+        return proc
 
     def _process_config(self, spec: JobSpec, label: str, rank: int, host: str, port: int, log: Path,
                         folder: Path, peers: str, ltp_port: int = 0):

@@ -13,11 +13,13 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 from pcnlab.errors import PcnLabError
 from pcnlab.jsonlines import read_json_lines
+from pcnlab.workloads.containers import remove as remove_container
 from pcnlab.workloads.hosts import Hosts
 from pcnlab.workloads.specs import FlowSpec, JobSpec
 
@@ -28,11 +30,15 @@ class WorkloadError(PcnLabError):
     """A job or flow failed or timed out; the message names the process, and where its logs are."""
 
 
+def workload_env(iface: str) -> dict[str, str]:
+    """What every workload process is given beside its own variables (a container: only these)."""
+    return {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": iface,
+            # c10d warns that hosts have no DNS name; they need none
+            "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
+
+
 def process_env(iface: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME=iface)
-    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d warns that hosts have no DNS name; they need none
-    return env
+    return {**os.environ, **workload_env(iface)}
 
 
 @dataclass
@@ -46,6 +52,9 @@ class WorkloadProcess:
     output: Path
     env: dict[str, str] = field(default_factory=dict)   # added to process_env's
     errors: Path | None = None   # stderr apart from stdout (a user's program: its last lines are the error)
+    container: str | None = None   # `podman run --name` of a rank in a container (argv runs podman)
+    cidfile: Path | None = None    # where podman writes that container's id (the ledger reads it back)
+    netns_pid: int | None = None   # a container: a process in its host's namespace (podman runs outside it)
     popen: subprocess.Popen | None = field(default=None, repr=False)
     returncode: int | None = None
     ended_ns: int | None = None
@@ -116,9 +125,13 @@ class ProcessGroup:
         if proc.errors is not None:
             err = open(proc.errors, "wb")
             self._outputs.append(err)
-        proc.popen = hosts.popen(proc.host, proc.argv, cwd=str(cwd),
-                                 env={**process_env(hosts.iface(proc.host)), **proc.env},
-                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        if ledger is not None and proc.container is not None:   # before podman creates it
+            ledger.add_container(proc.container, proc.cidfile)
+        # podman itself runs in this machine's namespace and puts the container into the host's: run in
+        # the host's, runc takes that for its own and refuses podman's network sysctls there.
+        popen = subprocess.Popen if proc.container is not None else partial(hosts.popen, proc.host)
+        proc.popen = popen(proc.argv, cwd=str(cwd), env={**process_env(hosts.iface(proc.host)), **proc.env},
+                           stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         if ledger is not None:
             ledger.add_process(proc.popen.pid, f"{self.what} {self.name}: {proc.describe()}")
 
@@ -180,6 +193,9 @@ class ProcessGroup:
         for p in self.procs:
             if p.popen is not None and p.returncode is None:
                 p.returncode, p.ended_ns = p.popen.wait(), time.monotonic_ns()
+        for p in self.procs:  # a `podman run` ended by a signal may leave its container running
+            if p.container is not None and p.popen is not None:
+                remove_container(p.container)
         self._close_outputs()
 
     def _close_outputs(self) -> None:
@@ -215,7 +231,7 @@ class JobHandle(ProcessGroup):
         done = super().check()
         if not self._rendezvous and not done:
             first = self.procs[0]
-            if first.popen is not None and rendezvous_open(first.pid, self.port):
+            if first.popen is not None and rendezvous_open(first.netns_pid or first.pid, self.port):
                 self._rendezvous = True
             elif time.monotonic() - self.started > self.spec.timeout_s:
                 self.stop()

@@ -14,6 +14,7 @@ from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
 from pcnlab.workloads.codecs import DEFAULT_RATIO, check_compression
 from pcnlab.workloads.config import BURST_PATTERNS, TRANSPORTS
+from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")   # job and flow names: they become file names
@@ -68,6 +69,7 @@ class JobSpec:
     # torchrun: the program and its arguments, and variables added to its environment
     argv: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    container: ContainerSpec | None = None   # torchrun: each rank in this container (containers.py)
 
     def __post_init__(self):
         object.__setattr__(self, "workers", tuple(self.workers))
@@ -94,6 +96,9 @@ class JobSpec:
                 raise UsageError(f"job {self.name!r}: a ring needs at least two workers")
         if self.kind == "burst" and self.pattern == "ring" and len(set(self.workers)) != len(self.workers):
             raise UsageError(f"job {self.name!r}: a generator ring needs distinct worker hosts")
+        if self.container is not None and self.kind != "torchrun":
+            raise UsageError(f"job {self.name!r}: only a torchrun job's ranks run in containers (image:); "
+                             f"the {self.kind} workload runs in its hosts")
         if self.kind == "torchrun":
             self._check_program()
         elif self.kind != "burst":

@@ -9,11 +9,13 @@ import shutil
 from pathlib import Path
 
 from pcnlab.controller.dataplane import MAX_JOB_ID
+from pcnlab.errors import UsageError
 from pcnlab.experiments.config.convert import (convert, error, first_where, fmt, list_section, mapped_items, suggest,
                                                 value_of)
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
 from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
 from pcnlab.experiments.yamlpos import Raw
+from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, image_exists, podman_available
 from pcnlab.workloads.netutil import available_cc, kernel_has_cc
 
 
@@ -101,8 +103,9 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
                         f"{values['jitter_ms']:g} ms is not below period_ms ({values['period_ms']:g} ms); "
                         "bursts would overlap")
         if kind == "torchrun":
-            values["argv"] = _program(values["argv"], present, path, item)
+            values["argv"] = _program(values["argv"], present, path, item, in_image=values["image"] is not None)
             _pattern(values["iteration_regex"], present, path)
+            _container(values, present, path)
         if values["reply_bytes"] is None:
             values["reply_bytes"] = values["burst_bytes"]
         if values["pcn_start"] == "auto":
@@ -137,8 +140,10 @@ def _transport(values: dict, present: dict[str, Raw], path: str, item: Raw, kind
                         "tcp transport with compression")
 
 
-def _program(argv: tuple[str, ...], present: dict[str, Raw], path: str, item: Raw) -> tuple[str, ...]:
-    """A torchrun job's program: there, with a script's path made absolute (the ranks run elsewhere)."""
+def _program(argv: tuple[str, ...], present: dict[str, Raw], path: str, item: Raw,
+             in_image: bool = False) -> tuple[str, ...]:
+    """A torchrun job's program: there, with a script's path made absolute (the ranks run elsewhere).
+    A program that is not a script, run in a container, is the image's: this machine's PATH says nothing."""
     where = first_where(present.get("argv"), fallback=item.where)
     if not argv:
         raise error(where, f"{path}.argv", "a torchrun job needs the program its ranks run, e.g. "
@@ -150,10 +155,34 @@ def _program(argv: tuple[str, ...], present: dict[str, Raw], path: str, item: Ra
             raise error(where, f"{path}.argv", f"script {first} does not exist (relative to {Path.cwd()}, the "
                                                "current folder); give its path")
         return (str(script.resolve()), *argv[1:])
-    if not shutil.which(first):
+    if not in_image and not shutil.which(first):
         raise error(where, f"{path}.argv", f"program {first!r} is not on PATH nor a file; give its path, or a "
                                            ".py script")
     return argv
+
+
+def _container(values: dict, present: dict[str, Raw], path: str) -> None:
+    """A torchrun job in containers: limits podman takes, podman able to run here, the image present
+    (podman run never pulls: no registry need be reachable). Known at --dry-run, so refused then."""
+    if values["image"] is None:
+        for key in ("cpus", "memory"):
+            if values[key] is not None:
+                raise error(present[key].where, f"{path}.{key}", f"{key} limits a rank's container; set image: "
+                                                                 f"too (e.g. image: {DEFAULT_IMAGE}) or remove it")
+        return
+    where = present["image"].where
+    try:
+        ContainerSpec(values["image"], values["cpus"], values["memory"])
+    except UsageError as exc:
+        key = next((k for k in ("cpus", "memory") if str(exc).startswith(f"container {k}")), "image")
+        raise error(present[key].where if key in present else where, f"{path}.{key}", str(exc)) from None
+    why = podman_available()
+    if why is not None:
+        raise error(where, f"{path}.image", f"cannot run containers here: {why}")
+    if not image_exists(values["image"]):
+        hint = "build it with `make image`" if values["image"] == DEFAULT_IMAGE else \
+            f"build or load it here (podman images lists them; `make image` builds {DEFAULT_IMAGE})"
+        raise error(where, f"{path}.image", f"image {values['image']} is not on this machine: {hint}")
 
 
 def _pattern(pattern: str | None, present: dict[str, Raw], path: str) -> None:

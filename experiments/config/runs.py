@@ -16,6 +16,7 @@ from pcnlab.experiments.schedule import Change
 from pcnlab.topologies.routing import rate_pps
 from pcnlab.topologies.topos import make_topology
 from pcnlab.workloads.catalog import process_model
+from pcnlab.workloads.containers import ContainerSpec
 
 _LAUNCHER_JOB_KIND = {file: launcher for launcher, file in FILE_JOB_KIND.items()}
 
@@ -124,6 +125,9 @@ class JobConfig:
     argv: tuple[str, ...] = ()                              # torchrun: its script's path made absolute
     env: tuple[tuple[str, str], ...] = ()
     iteration_regex: str | None = default("jobs", "iteration_regex")
+    image: str | None = default("jobs", "image")            # torchrun: ranks in containers of this image
+    cpus: float | None = default("jobs", "cpus")
+    memory: str | None = default("jobs", "memory")
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -139,6 +143,8 @@ class JobConfig:
             out.update(transport="ltp", ltp_deadline_ms=self.ltp_deadline_ms, ltp_theta_min=self.ltp_theta_min)
         if self.kind == "torchrun":
             out.update(argv=self.argv, env=self.env)
+            if self.image is not None:
+                out.update(container=ContainerSpec(self.image, self.cpus, self.memory))
         elif self.kind == "generator":
             out.update(pattern=self.pattern, burst_bytes=self.burst_bytes, reply_bytes=self.reply_bytes,
                        period_ms=self.period_ms, jitter_ms=self.jitter_ms)

@@ -304,6 +304,14 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("iteration_regex", "text", None, "torchrun: a pattern (Python re) of the lines rank 0 prints once "
             "per iteration; their count is checked against the iterations the switches found",
             nullable=True, applies=("torchrun",), default_doc="none"),
+        Key("image", "text", None, "torchrun: run each rank in a container of this image (podman), in its host's "
+            "network namespace, the run folder and the script's folder mounted; null: in the host itself. "
+            "`make image` builds localhost/pcnlab-worker:latest (Python, PyTorch CPU, pcnlab)",
+            nullable=True, applies=("torchrun",), default_doc="none"),
+        Key("cpus", "number", None, "torchrun in a container: CPUs each rank's container may use (podman --cpus)",
+            above=0, nullable=True, applies=("torchrun",), default_doc="no limit"),
+        Key("memory", "text", None, "torchrun in a container: each rank's memory limit (podman --memory: a "
+            "number and b, k, m or g, e.g. 2g)", nullable=True, applies=("torchrun",), default_doc="no limit"),
     ),
     "background": (
         Key("name", "name", REQUIRED, "the flow's name; with several src/dst pairs, name-1, name-2, ...",

@@ -1,6 +1,7 @@
 """A user's own training script as a job (kind torchrun) through a congested BMv2 port: the unmodified
 DDP example, which logs nothing of ours, trains, and the iterations the network shows equal the steps it
-prints; with the one-line hook, every per-iteration metric of the built-in workloads is there."""
+prints; with the one-line hook, every per-iteration metric of the built-in workloads is there; in
+containers (image:), the same training, and no container left after the run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, needs_bmv2, run_experiment
+from pcnlab.workloads.containers import container_exists
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
@@ -26,7 +28,7 @@ jobs:
     workers: [h1, h2, h3]
     argv: [{script}, --steps, {steps}, --compute-ms, 100]
     iteration_regex: '^step [0-9]+'
-    burst_gap_us: 50000
+    burst_gap_us: 50000{image}
 background:
   - {{src: h4, dst: h1, cc: cubic, ecn: true}}
 duration_s: 40
@@ -34,13 +36,19 @@ warmup_s: 2
 """
 
 
-def _run(results: Path, script: str) -> Path:
-    text = SPEC.format(script=ROOT / "examples" / script, steps=STEPS)
-    return run_experiment(text, results, Path(script).stem) / "own" / "latest" / "run"
+def _run(results: Path, script: str, image: str | None = None) -> Path:
+    text = SPEC.format(script=ROOT / "examples" / script, steps=STEPS, image=f"\n    image: {image}" if image else "")
+    name = Path(script).stem + ("-in-containers" if image else "")
+    return run_experiment(text, results, name) / "own" / "latest" / "run"
 
 
-def test_the_unmodified_script_trains_and_the_network_finds_its_iterations(module_results):
-    run = _run(module_results, "ddp_train.py")
+@pytest.fixture(scope="module")
+def bare(module_results) -> Path:
+    return _run(module_results, "ddp_train.py")
+
+
+def test_the_unmodified_script_trains_and_the_network_finds_its_iterations(bare):
+    run = bare
     out = (run / "jobs" / "ddp" / "rank0-h1.out").read_text().splitlines()
     losses = [float(line.split()[3]) for line in out if line.startswith("step ")]
     assert len(losses) == STEPS and sum(losses[-5:]) < sum(losses[:5]) and out[-1].startswith("accuracy ")
@@ -68,3 +76,18 @@ def test_with_the_hook_every_per_iteration_metric_is_there(module_results):
     assert metrics["iterations"]["consistent"]
     training = metrics["training"]
     assert training["iteration_ms"]["n"] == 3 * (STEPS - 1)
+
+
+def test_in_containers_the_same_training_and_no_container_left(bare, module_results, worker_image):
+    run = _run(module_results, "ddp_train_hooked.py", image=worker_image)
+    # The image's Python and PyTorch, the same seeds: the same losses and accuracy as the bare run.
+    assert (run / "jobs" / "ddp" / "rank0-h1.out").read_text() == (bare / "jobs" / "ddp" / "rank0-h1.out").read_text()
+    job = json.loads((run / "jobs" / "ddp" / "job.json").read_text())
+    assert job["spec"]["container"]["image"] == worker_image
+    for p in job["processes"]:
+        assert p["argv"][0] == "podman" and "ns:/proc/" in " ".join(p["argv"])   # the Mininet host's namespace
+        name = p["argv"][p["argv"].index("--name") + 1]
+        assert not container_exists(name)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["job_iterations"]["ddp"] == {"source": "log", "found": STEPS, "printed": STEPS, "consistent": True}
+    assert json.loads((run / "fidelity.json").read_text())["trusted"], (run / "fidelity.json").read_text()

@@ -9,7 +9,6 @@ about 50 s when the base image exists. PCNLAB_NO_IMAGE_BUILD=1 skips those tests
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,39 +21,16 @@ import pytest
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.containers import (
-    DEFAULT_IMAGE,
     ContainerSpec,
     choose_runtime,
     container_exists,
     image_exists,
-    podman_available,
     remove,
     run_argv,
     runtime_flags,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-WHY_NO_PODMAN = podman_available()
-needs_podman = pytest.mark.skipif(WHY_NO_PODMAN is not None, reason=WHY_NO_PODMAN or "")
-
-
-@pytest.fixture(scope="session")
-def worker_image() -> str:
-    """The default image, built through scripts/image.sh if it is missing."""
-    if WHY_NO_PODMAN is not None:
-        pytest.skip(WHY_NO_PODMAN)
-    if image_exists(DEFAULT_IMAGE):
-        return DEFAULT_IMAGE
-    if os.environ.get("PCNLAB_NO_IMAGE_BUILD") == "1":
-        pytest.skip(f"{DEFAULT_IMAGE} is absent and PCNLAB_NO_IMAGE_BUILD=1: make image")
-    if shutil.which("debootstrap") is None:
-        pytest.skip(f"{DEFAULT_IMAGE} is absent and debootstrap is not installed: make deps")
-    start = time.monotonic()
-    built = subprocess.run(["bash", str(ROOT / "scripts" / "image.sh")], capture_output=True, text=True,
-                           timeout=1800)
-    assert built.returncode == 0, f"scripts/image.sh failed:\n{built.stdout[-2000:]}{built.stderr[-2000:]}"
-    print(f"\nbuilt {DEFAULT_IMAGE} in {time.monotonic() - start:.0f} s:\n{built.stdout}")
-    return DEFAULT_IMAGE
+from conftest import ROOT, needs_podman
 
 
 @pytest.fixture
@@ -75,6 +51,15 @@ def netns():
     finally:
         holder.kill()
         holder.wait()
+
+
+def _running(name: str) -> bool:
+    """The container runs (not only created: a podman client killed before it started it removes it)."""
+    from pcnlab.workloads.containers import podman
+
+    state = subprocess.run([*podman(), "container", "inspect", "--format", "{{.State.Running}}", name],
+                           capture_output=True, text=True, timeout=60)
+    return state.stdout.strip() == "true"
 
 
 def _name() -> str:
@@ -98,9 +83,10 @@ def test_runtime_follows_the_cgroup_mode():
         assert f"nofile={hard_nofile}:{hard_nofile}" in ulimits
 
 
-def test_run_argv_shape(tmp_path):
+def test_run_argv_shape(netns, tmp_path):
+    pid, _ = netns
     spec = ContainerSpec("localhost/some-image:1", cpus=1.5, memory="2G")
-    argv = run_argv("pcnlab-r1-job0-r0", spec, 4242, ["python3", "train.py", "--steps", "5"],
+    argv = run_argv("pcnlab-r1-job0-r0", spec, pid, ["python3", "train.py", "--steps", "5"],
                     {"RANK": "0", "MASTER_ADDR": "10.0.0.1"}, [tmp_path, tmp_path], tmp_path,
                     cidfile=tmp_path / "cid")
     assert argv[0] == "podman" and argv[1:1 + len(runtime_flags())] == runtime_flags()
@@ -108,7 +94,7 @@ def test_run_argv_shape(tmp_path):
     assert argv[run:run + 4] == ["run", "--rm", "--name", "pcnlab-r1-job0-r0"]
     pairs = {argv[i]: argv[i + 1] for i in range(run + 1, argv.index("localhost/some-image:1"))
              if argv[i].startswith("--") and argv[i] not in ("--rm", "--ulimit")}
-    assert pairs["--network"] == "ns:/proc/4242/ns/net"
+    assert pairs["--network"] == f"ns:/proc/{pid}/ns/net"
     assert pairs["--pull"] == "never"
     assert pairs["--cpus"] == "1.5" and pairs["--memory"] == "2g"
     assert pairs["--cidfile"] == str(tmp_path / "cid")
@@ -120,8 +106,17 @@ def test_run_argv_shape(tmp_path):
 
 
 def test_run_argv_without_limits_has_none(tmp_path):
-    argv = run_argv("c1", ContainerSpec("img"), 1, ["true"], {}, [], tmp_path)
+    argv = run_argv("c1", ContainerSpec("img"), os.getpid(), ["true"], {}, [], tmp_path)
     assert "--cpus" not in argv and "--memory" not in argv and "-v" not in argv and "-e" not in argv
+    # This process's own namespace (a loopback run) is podman's host network: as a path, runc refuses it.
+    assert argv[argv.index("--network") + 1] == "host"
+
+
+def test_a_gone_hosts_namespace_is_one_line(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(UsageError, match=f"no process {gone.pid} to take a network namespace from"):
+        run_argv("c1", ContainerSpec("img"), gone.pid, ["true"], {}, [], tmp_path)
 
 
 # --- (d) bad values, one line each ------------------------------------------------------------------
@@ -248,7 +243,7 @@ def test_clean_removes_a_dead_runs_container(worker_image, netns, tmp_path):
     try:
         podman_pid = int(owner.stdout.readline())
         deadline = time.monotonic() + 60
-        while not (container_exists(name) and (tmp_path / "run" / f"{name}.cid").exists()):
+        while not (_running(name) and (tmp_path / "run" / f"{name}.cid").exists()):
             assert time.monotonic() < deadline, "the container never started"
             time.sleep(0.2)
         owner.send_signal(signal.SIGKILL)                      # the run dies without tearing down
@@ -266,3 +261,51 @@ def test_clean_removes_a_dead_runs_container(worker_image, netns, tmp_path):
             owner.kill()
             owner.wait()
         remove(name)
+
+
+# --- (e) a torchrun job's ranks in containers (launcher.py), on this machine's loopback ----------------
+
+EXAMPLES = ROOT / "examples"
+
+
+@needs_podman
+def test_the_same_ddp_script_trains_alike_in_containers_and_leaves_none(worker_image, tmp_path):
+    from pcnlab.jsonlines import read_json_lines
+    from pcnlab.workloads import JobSpec, Workloads
+
+    work = Workloads(tmp_path)
+    args = ("--steps", "30", "--compute-ms", "10")
+    bare = work.start_job(JobSpec(name="bare", kind="torchrun", workers=("h1", "h2"),
+                                  argv=(str(EXAMPLES / "ddp_train.py"), *args))).wait(timeout=180)
+    boxed = work.start_job(JobSpec(name="boxed", kind="torchrun", workers=("h1", "h2"),
+                                   argv=(str(EXAMPLES / "ddp_train_hooked.py"), *args),
+                                   container=ContainerSpec(worker_image, cpus=1, memory="1g"))).wait(timeout=180)
+    printed = boxed.procs[0].output.read_text()
+    assert printed == bare.procs[0].output.read_text()       # same seeds, same losses, same accuracy
+    assert printed.splitlines()[-1].startswith("accuracy ")
+    for p in boxed.procs:
+        assert p.argv[:2] == ["podman", *runtime_flags()][:2] and worker_image in p.argv
+        assert not container_exists(p.container)              # --rm: gone once the rank ended
+        its = [r for r in read_json_lines(p.log)[1] if r["type"] == "iteration"]
+        assert [r["iter"] for r in its] == list(range(30))    # the image's hook wrote into the mounted run folder
+
+
+@needs_podman
+def test_a_stopped_job_whose_podman_was_killed_leaves_no_container(worker_image, tmp_path):
+    from pcnlab.workloads import JobSpec, Workloads
+
+    job = Workloads(tmp_path).start_job(JobSpec(
+        name="sleepy", kind="torchrun", workers=("h1", "h2"), container=ContainerSpec(worker_image),
+        argv=("python3", "-c", "import time; time.sleep(120)")))
+    try:
+        deadline = time.monotonic() + 60
+        while not all(_running(p.container) for p in job.procs):
+            assert time.monotonic() < deadline, "the containers never started"
+            time.sleep(0.2)
+        for p in job.procs:
+            p.signal(signal.SIGKILL)           # the podman clients die; their containers go on
+        time.sleep(0.5)
+        assert all(container_exists(p.container) for p in job.procs)
+    finally:
+        job.stop()
+    assert not any(container_exists(p.container) for p in job.procs)
