@@ -4,6 +4,14 @@ Each switch gets its own primary P4Runtime session (finsy); finsy re-opens a los
 ready handler again on every new session, so a switch that restarted gets its pipeline, its entries and
 its queue settings back without anything else noticing. `ControllerThread` runs the asyncio side in a
 thread for callers that are not async (the Mininet runner, the CLI).
+
+Reconnection is ours, not finsy's back-off: a session that ends within 2 s of its start makes finsy
+wait a fixed 10 s before its next try (finsy/switch.py `_throttle_failure`: module constants, no
+option), and a switch that died fails the next try at once, so a BMv2 back in 0.1 s was configured
+again only after 10 s (measured, issue 21). `_supervise` notices a session that went down, polls the
+switch's gRPC port, and once it listens replaces the switch in finsy's Controller with a fresh Switch
+of the same options (finsy's public add/remove); the ready handler then configures it as on any new
+session.
 """
 
 from __future__ import annotations
@@ -25,6 +33,10 @@ from pcnlab.controller.thrift_runtime import SwitchThrift
 from pcnlab.errors import PcnLabError
 
 LOG = logging.getLogger("pcnlab.controller")
+
+SUPERVISE_POLL_S = 0.05     # how often the sessions are looked at
+REPLACE_AFTER_S = 0.2       # a session down this long while its switch listens again is replaced
+REPLACE_EVERY_S = 1.0       # and not again sooner: the fresh session needs a few ms to come up
 
 # Extra work on every (re)connection of a switch, after forwarding and queues are in place.
 ReadyHook = Callable[[fy.Switch, SwitchEndpoint], Awaitable[None]]
@@ -63,6 +75,9 @@ class PcnController:
         # Coroutines run once the sessions are opening, and before they close (e.g. the scheduler's).
         self.on_start: list[Callable[[], Awaitable[None]]] = []
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
+        # Called with a switch's name when its configured session went down (it comes back configured).
+        self.on_down: list[Callable[[str], None]] = []
+        self._listeners: dict[str, asyncio.Task] = {}
         # How many times each switch has been (re)configured: a restart shows as a second time.
         self.configured: dict[str, int] = {name: 0 for name in self.endpoints}
         self.errors: list[str] = []
@@ -155,24 +170,93 @@ class PcnController:
                     handler(switch.name, burst)
             await switch.write([digest_list.ack()])
 
+    def _listen(self, switch: fy.Switch) -> None:
+        if self.dataplane:
+            old = self._listeners.get(switch.name)
+            if old is not None:
+                old.cancel()
+            self._listeners[switch.name] = asyncio.create_task(self._listen_for_bursts(switch))
+
+    async def _supervise(self, sessions: fy.Controller) -> None:
+        """Replace the session of a switch that went down once its gRPC port listens again (above)."""
+        # Per switch: when its session went down and how often it had been configured then (configured
+        # again since: a new outage, even if a poll never saw it up); when its session was last replaced.
+        outage: dict[str, tuple[float, int]] = {}
+        replaced: dict[str, tuple[float, int]] = {}
+        while True:
+            await asyncio.sleep(SUPERVISE_POLL_S)
+            now = time.monotonic()
+            for name, switch in list(self.switches.items()):
+                count = self.configured[name]
+                if count == 0 or switch.is_up:
+                    outage.pop(name, None)
+                    continue
+                if outage.get(name, (0.0, -1))[1] != count:
+                    outage[name] = (now, count)
+                    LOG.warning("%s: P4Runtime session down", name)
+                    for hook in self.on_down:
+                        hook(name)
+                since = outage[name][0]
+                last_time, last_count = replaced.get(name, (-REPLACE_EVERY_S, -1))
+                if now - since < REPLACE_AFTER_S or (last_count == count and now - last_time < REPLACE_EVERY_S):
+                    continue
+                if await _listening(self.endpoints[name].grpc_address):
+                    fresh = fy.Switch(name, _other_spelling(switch.address), switch.options)
+                    await asyncio.wait_for(sessions.remove(switch).wait(), 5.0)
+                    sessions.add(fresh)
+                    self.switches[name] = fresh
+                    self._listen(fresh)
+                    replaced[name] = (now, count)
+                    LOG.info("%s: listening again after %.0f ms; a new session", name, (now - since) * 1e3)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Drive the switches until `stop` is set."""
         self._changed = asyncio.Condition()
-        listeners = []
-        if self.dataplane:
-            listeners = [asyncio.create_task(self._listen_for_bursts(sw)) for sw in self.switches.values()]
+        for switch in self.switches.values():
+            self._listen(switch)
+        supervisor = None
         try:
-            async with fy.Controller(self.switches.values()):
+            async with fy.Controller(self.switches.values()) as sessions:
+                supervisor = asyncio.create_task(self._supervise(sessions))
                 for hook in self.on_start:
                     await hook()
                 try:
                     await stop.wait()
                 finally:
+                    supervisor.cancel()
                     for hook in self.on_stop:
                         await hook()
         finally:
-            for task in listeners:
+            for task in [*self._listeners.values(), *([supervisor] if supervisor else [])]:
                 task.cancel()
+
+
+def _other_spelling(address: str) -> str:
+    """The same IPv4 endpoint spelled the other way (127.0.0.1:P <-> [::ffff:127.0.0.1]:P, IPv4-mapped).
+
+    Hand-written workaround, measured: gRPC shares one connection (subchannel) among channels to the
+    same address, and the old session's, refused while the switch was down, sits in gRPC's reconnect
+    back-off (1 s, growing); a new session to the same spelling waited it out (forwarding holes of
+    0.9-1.2 s in half the tries against 0.26-0.29 s). finsy takes no channel arguments (a local
+    subchannel pool would be the clean fix), so each replacement takes the other spelling, whose
+    connection is new. Linux connects an IPv6 socket to an IPv4-mapped address as IPv4."""
+    host, port = address.rsplit(":", 1)
+    if host.startswith("[::ffff:") and host.endswith("]"):
+        return f"{host[len('[::ffff:'):-1]}:{port}"
+    if host.count(".") == 3 and all(part.isdigit() for part in host.split(".")):
+        return f"[::ffff:{host}]:{port}"
+    return address
+
+
+async def _listening(address: str, timeout: float = 0.2) -> bool:
+    """A TCP connection to host:port opens (the switch's gRPC server is back)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 class ControllerThread:

@@ -47,6 +47,7 @@ class PcnScheduler:
         self.arm_latencies_s: list[float] = []
         controller.on_burst.append(self.on_burst)
         controller.on_ready.append(self._switch_ready)
+        controller.on_down.append(lambda name: self.events.write("switch_down", switch=name))
         controller.on_stop.append(self.shutdown)
         controller.on_start.append(self.start)
 

@@ -112,6 +112,25 @@ def telemetry_loss(summary: dict) -> dict:
     return {"records": received, "lost": lost, "share": lost / total if total else 0.0}
 
 
+def switch_outages(events: pd.DataFrame) -> list[dict]:
+    """Each time a switch's P4Runtime session went down during the run (`switch_down`): when (s after
+    the log's anchor), until its next `switch_ready` (ms; None: never), and the BMv2 exit status when
+    the runner started a dead one again (`switch_restarted`)."""
+    if events.empty or "type" not in events or not (events["type"] == "switch_down").any():
+        return []
+    t0 = float(events["host_ns"].min())
+    out = []
+    for _, down in events[events["type"] == "switch_down"].iterrows():
+        mine = events[(events.get("switch") == down["switch"]) & (events["host_ns"] >= down["host_ns"])]
+        ready = mine[mine["type"] == "switch_ready"]["host_ns"]
+        near = events[(events["type"] == "switch_restarted") & (events.get("switch") == down["switch"])
+                      & ((events["host_ns"] - down["host_ns"]).abs() < 5e9)]
+        out.append({"switch": down["switch"], "at_s": (float(down["host_ns"]) - t0) / 1e9,
+                    "down_ms": (float(ready.min()) - float(down["host_ns"])) / 1e6 if not ready.empty else None,
+                    "status": int(near["status"].iloc[0]) if not near.empty else None})
+    return out
+
+
 def controller_lag(events: pd.DataFrame) -> dict:
     """From each burst report to the window write it caused (ms), and the writes' latency (ms)."""
     empty = {"lag_ms": stats([]), "write_ms": stats([])}
@@ -212,6 +231,12 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
         reasons.append(f"the controller took {lag_ms['p95']:.0f} ms from a burst report to its window write (p95; "
                        f"at most {limits.max_controller_lag_ms:g} ms); the writes alone "
                        f"{control['write_ms']['p95']:.1f} ms")
+
+    checks["outages"] = outages = switch_outages(run.events)
+    for o in outages:
+        back = f"configured again after {o['down_ms']:.0f} ms" if o["down_ms"] is not None else "never back"
+        restarted = f"; BMv2 ended with status {o['status']} and was started again" if o["status"] is not None else ""
+        reasons.append(f"switch {o['switch']} was down {o['at_s']:.1f} s into the run ({back}{restarted})")
 
     out = json_safe({"trusted": not reasons, "reasons": reasons, "warnings": warnings, "checks": checks})
     if write:

@@ -69,6 +69,7 @@ class RunExecution:
         self.folder = folder
         self.say = say
         self.schedule: ScheduleRunner | None = None
+        self._revive = None   # during a BMv2 run: restarts crashed switches, logging each (_keep_switches)
 
     def execute(self) -> None:
         from pcnlab.workloads import FlowSpec, JobSpec, Workloads
@@ -87,6 +88,7 @@ class RunExecution:
             flows = None
             jobs = []
             events = EventLog(path / "events.jsonl")
+            self._revive = (lambda: self._keep_switches(net, events)) if bmv2 else None
             workloads = Workloads(path, net=net, ledger=ledger)
             try:
                 if bmv2:
@@ -141,7 +143,22 @@ class RunExecution:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             progress.update(note)
+            self._check_switches(progress)
             time.sleep(0.2)
+
+    def _check_switches(self, progress: Progress) -> None:
+        if self._revive is not None:
+            for name, status in self._revive():
+                progress.update(f"switch {name} ended (status {status}); started it again")
+
+    @staticmethod
+    def _keep_switches(net, events: EventLog) -> list[tuple[str, int]]:
+        """A BMv2 process that died is started again at once; the hole is an event (`switch_restarted`;
+        the controller logs `switch_down` and `switch_ready` around it), which the fidelity check names."""
+        revived = net.revive()
+        for name, status in revived:
+            events.write("switch_restarted", switch=name, status=status)
+        return revived
 
     def _run_until_done(self, progress: Progress, jobs) -> None:
         end = progress.started + self.run.duration_s
@@ -151,6 +168,7 @@ class RunExecution:
                 progress.update("jobs finished")
                 return
             changed = self.schedule.tick() if self.schedule is not None else []
+            self._check_switches(progress)
             progress.update(f"{len(running)} job(s) running" if jobs else "background only")
             if changed:
                 progress.update("schedule: " + "; ".join(changed))

@@ -256,6 +256,18 @@ class PcnNetwork:
     def bmv2_switches(self) -> list[Bmv2Switch]:
         return [sw for sw in self.net.switches if isinstance(sw, Bmv2Switch)]
 
+    def revive(self) -> list[tuple[str, int]]:
+        """Start again every BMv2 process that ended while the network runs (a crash): same ports, no
+        program; the controller's session supervision reconnects and configures it. Returns (switch,
+        exit status) for each one started again."""
+        revived = []
+        for sw in self.bmv2_switches:
+            if sw.process is not None and sw.process.poll() is not None:
+                status = sw.process.returncode
+                sw.restart()
+                revived.append((sw.name, status))
+        return revived
+
     def endpoints(self) -> list[SwitchEndpoint]:
         """What the controller needs to drive each BMv2 switch."""
         routes = compute_routes(self.topo)
