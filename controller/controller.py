@@ -75,8 +75,11 @@ class PcnController:
         # Coroutines run once the sessions are opening, and before they close (e.g. the scheduler's).
         self.on_start: list[Callable[[], Awaitable[None]]] = []
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
-        # Called with a switch's name when its configured session went down (it comes back configured).
+        # Called with a switch's name when its configured session went down (it comes back configured),
+        # and when another client became primary on it (our writes are refused while it is).
         self.on_down: list[Callable[[str], None]] = []
+        self.on_backup: list[Callable[[str], None]] = []
+        self._backup: set[str] = set()   # switches another client is primary on, as last seen
         self._listeners: dict[str, asyncio.Task] = {}
         # How many times each switch has been (re)configured: a restart shows as a second time.
         self.configured: dict[str, int] = {name: 0 for name in self.endpoints}
@@ -105,12 +108,15 @@ class PcnController:
             for hook in self.on_ready:
                 await hook(switch, endpoint)
         except Exception as exc:
+            if getattr(exc, "code", None) == fy.GRPCStatusCode.PERMISSION_DENIED:   # "Not primary"
+                self._lost_primary(switch.name)
             self.errors.append(f"{switch.name}: {exc}")
             LOG.error("configuring %s failed: %s", switch.name, exc)
             raise
         LOG.info("%s configured in %.0f ms (%d routes)", switch.name,
                  (time.monotonic() - started) * 1e3, len(endpoint.routes))
         self.configured[switch.name] += 1
+        self._backup.discard(switch.name)
         assert self._changed is not None
         async with self._changed:
             self._changed.notify_all()
@@ -190,6 +196,8 @@ class PcnController:
                 count = self.configured[name]
                 if count == 0 or switch.is_up:
                     outage.pop(name, None)
+                    if switch.is_up and not switch.is_primary:
+                        self._lost_primary(name)
                     continue
                 if outage.get(name, (0.0, -1))[1] != count:
                     outage[name] = (now, count)
@@ -208,6 +216,16 @@ class PcnController:
                     self._listen(fresh)
                     replaced[name] = (now, count)
                     LOG.info("%s: listening again after %.0f ms; a new session", name, (now - since) * 1e3)
+
+    def _lost_primary(self, name: str) -> None:
+        """P4Runtime lets any client with a higher election id become primary; say so, once per time.
+        The session is then refused (finsy ends it) and replaced every REPLACE_EVERY_S until the other
+        client leaves and this one is primary again."""
+        if name not in self._backup:
+            self._backup.add(name)
+            LOG.warning("%s: another P4Runtime client became primary; this controller's writes are refused", name)
+            for hook in self.on_backup:
+                hook(name)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Drive the switches until `stop` is set."""

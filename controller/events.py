@@ -2,7 +2,8 @@
 (pcnlab/jsonlines.py: "type", "host_ns" on the host's monotonic clock, the anchor first).
 
 Event types: report, prediction, arm, disarm, skip, would_arm, would_disarm, window_error, actual,
-clock, clock_error, switch_clock_reset, switch_ready, switch_down, scheduler_stopped
+clock, clock_error, switch_clock_reset, switch_ready, switch_down, switch_backup (another client became
+primary), scheduler_stopped
 (controller/scheduler.py); mode, background_started, job_started, switch_restarted (the runner).
 """
 

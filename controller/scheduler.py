@@ -48,6 +48,7 @@ class PcnScheduler:
         controller.on_burst.append(self.on_burst)
         controller.on_ready.append(self._switch_ready)
         controller.on_down.append(lambda name: self.events.write("switch_down", switch=name))
+        controller.on_backup.append(lambda name: self.events.write("switch_backup", switch=name))
         controller.on_stop.append(self.shutdown)
         controller.on_start.append(self.start)
 

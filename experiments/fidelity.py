@@ -237,6 +237,11 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
         back = f"configured again after {o['down_ms']:.0f} ms" if o["down_ms"] is not None else "never back"
         restarted = f"; BMv2 ended with status {o['status']} and was started again" if o["status"] is not None else ""
         reasons.append(f"switch {o['switch']} was down {o['at_s']:.1f} s into the run ({back}{restarted})")
+    events = run.events
+    if not events.empty and "type" in events:
+        for name in sorted(set(events[events["type"] == "switch_backup"].get("switch", []))):
+            reasons.append(f"another P4Runtime client became primary on switch {name}: the controller's writes "
+                           f"were refused while it was")
 
     out = json_safe({"trusted": not reasons, "reasons": reasons, "warnings": warnings, "checks": checks})
     if write:

@@ -4,8 +4,9 @@ Each run keeps a ledger (JSON) in its run folder; an index entry in the state di
 while the run is live. `pcnlab clean` reads the entries whose owner process is gone and removes what
 they list: processes (identified by PID *and* start time, so a recycled PID is never hit), every
 process in a network namespace the run made (identified by the namespace's inode), and root-namespace
-interfaces (identified by name *and* ifindex), and podman containers (by the id podman wrote to the
-run's --cidfile, else by their name, which holds the run's id). Nothing is matched by a name pattern.
+interfaces (identified by name *and* ifindex), podman containers (by the id podman wrote to the
+run's --cidfile, else by their name, which holds the run's id) and nftables tables (the network's
+control-port guard, by the name the run gave it). Nothing is matched by a name pattern.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class LedgerData:
     interfaces: list[InterfaceEntry] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     containers: list[ContainerEntry] = field(default_factory=list)
+    nft_tables: list[str] = field(default_factory=list)   # the network's control-port guard (nftables)
 
     @classmethod
     def from_json(cls, text: str) -> "LedgerData":
@@ -115,6 +117,7 @@ class LedgerData:
             interfaces=[InterfaceEntry(**i) for i in raw.get("interfaces", [])],
             files=list(raw.get("files", [])),
             containers=[ContainerEntry(**c) for c in raw.get("containers", [])],
+            nft_tables=list(raw.get("nft_tables", [])),
         )
 
     def owner_alive(self) -> bool:
@@ -165,6 +168,11 @@ class RunLedger:
         self.data.containers.append(ContainerEntry(name, None if cidfile is None else str(cidfile)))
         self._save()
 
+    def add_nft_table(self, table: str) -> None:
+        """Record an nftables table before making it (topologies/control_ports.py)."""
+        self.data.nft_tables.append(table)
+        self._save()
+
     def add_file(self, path: str | Path) -> None:
         self.data.files.append(str(path))
         self._save()
@@ -191,12 +199,15 @@ class CleanReport:
     removed_interfaces: list[str] = field(default_factory=list)
     removed_files: list[str] = field(default_factory=list)
     removed_containers: list[str] = field(default_factory=list)
+    removed_nft_tables: list[str] = field(default_factory=list)
     marked_killed: bool = False     # its status.json said running: now killed
 
     def summary(self) -> str:
         parts = [f"{len(self.killed)} processes", f"{len(self.removed_interfaces)} interfaces"]
         if self.removed_containers:
             parts.append(f"{len(self.removed_containers)} containers")
+        if self.removed_nft_tables:
+            parts.append(f"{len(self.removed_nft_tables)} nftables tables")
         if self.removed_files:
             parts.append(f"{len(self.removed_files)} files")
         marked = "; status.json marked killed" if self.marked_killed else ""
@@ -241,6 +252,10 @@ def clean_ledger(data: LedgerData) -> CleanReport:
     _terminate(victims, report)
     if data.containers:  # after the processes: a killed `podman run` leaves its container running
         _remove_containers(data.containers, report)
+    if data.nft_tables:
+        from pcnlab.topologies.control_ports import remove as remove_table
+
+        report.removed_nft_tables += [t for t in data.nft_tables if remove_table(t)]
     for intf in data.interfaces:
         if intf.present():
             subprocess.run(["ip", "link", "del", intf.name], capture_output=True)

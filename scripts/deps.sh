@@ -17,9 +17,10 @@ if [ -x "$SYSPY" ] && ! "$SYSPY" -c 'import sys; sys.exit(sys.version_info < (3,
 fi
 
 # --- system packages -------------------------------------------------------------------------
-pkgs="mininet bridge-utils iperf3 iputils-ping tcpdump ethtool iproute2 procps util-linux python3-venv python3-thrift python3-dev gcc make podman runc debootstrap debian-archive-keyring"
+pkgs="mininet bridge-utils iperf3 iputils-ping tcpdump ethtool iproute2 nftables procps util-linux python3-venv python3-thrift python3-dev gcc make podman runc debootstrap debian-archive-keyring"
 # podman runs a job's ranks in containers (image:); runc is its runtime on cgroup v1 (crun, podman's
 # default, refuses hybrid mode); debootstrap and Debian's keyring make the worker image's base (make image).
+# nftables closes BMv2's thrift ports to everything but loopback during a run (topologies/control_ports.py).
 missing=$(for p in $pkgs; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done | tr '\n' ' ')
 if [ -n "${missing// /}" ]; then
   say "installing Debian packages: $missing"

@@ -18,6 +18,7 @@ from mininet.nodelib import LinuxBridge
 from pcnlab.controller.specs import SwitchEndpoint, save_endpoints
 from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.ledger import RunLedger, clean_stale
+from pcnlab.topologies import control_ports
 from pcnlab.topologies.bmv2 import Bmv2Switch
 from pcnlab.topologies.routing import FRAME_BYTES, compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
@@ -122,6 +123,7 @@ class PcnNetwork:
         self.options = options
         self.net: Mininet | None = None
         self._lock_fd: int | None = None
+        self._nft_table: str | None = None
 
     def _acquire_lock(self, say=print, timeout: float = 900.0) -> None:
         NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +186,7 @@ class PcnNetwork:
                            controller=None, autoSetMacs=False, autoStaticArp=False, build=False)
         try:
             self.net.build()
+            self._guard_control_ports()   # before the switches listen
             self._configure_hosts()
             self.net.start()
         except BaseException:
@@ -191,6 +194,14 @@ class PcnNetwork:
             raise
         self._write_description()
         return self
+
+    def _guard_control_ports(self) -> None:
+        """The BMv2 switches' thrift and gRPC ports reachable from loopback only (control_ports.py)."""
+        ports = [p for sw in self.bmv2_switches for p in (sw.thrift_port, sw.grpc_port)]
+        if ports:
+            self._nft_table = control_ports.table_name(self.ledger.data.run_id)
+            self.ledger.add_nft_table(self._nft_table)
+            control_ports.guard(self._nft_table, ports)
 
     def _configure_hosts(self) -> None:
         for host in self.net.hosts:
@@ -226,6 +237,9 @@ class PcnNetwork:
                 self.net.stop()
                 self.net = None
         finally:
+            if self._nft_table is not None:
+                control_ports.remove(self._nft_table)
+                self._nft_table = None
             self._release_lock()
 
     def _save_pacing(self) -> None:

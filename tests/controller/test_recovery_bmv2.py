@@ -74,3 +74,32 @@ def test_a_switch_that_ends_forwards_again_without_finsys_backoff(run_folder, ho
             assert downs == ["s2", "s2"] and controller.configured["s1"] == 1
             # The bound is finsy's back-off, not the goal: the goal (2 s) is measured in the README.
             assert all(h < FINSY_BACKOFF_S / 2 for h in holes), holes
+
+
+@needs_bmv2
+def test_a_second_primary_is_noticed(run_folder):
+    import asyncio
+
+    import finsy as fy
+
+    topo = make_topology("dumbbell", left=1, right=1)
+    with PcnNetwork(topo, run_folder.path, run_folder.ledger, NetworkOptions(switch="bmv2")) as net:
+        controller = PcnController(net.endpoints(), P4Program.named(), election_id=10)
+        backups: list[str] = []
+        controller.on_backup.append(backups.append)
+        with ControllerThread(controller) as thread:
+            address = controller.endpoints["s1"].grpc_address
+
+            async def intrude() -> bool:   # any local process may ask with a higher election id
+                async with fy.Switch("intruder", address, fy.SwitchOptions(initial_election_id=20)) as other:
+                    await asyncio.sleep(0.5)
+                    return other.is_primary
+
+            assert thread.call(intrude(), 30)
+            assert backups == ["s1"] and controller.switches["s2"].is_primary
+            # The other client gone, the controller is primary again and reconfigures s1 (its entries
+            # may have been changed meanwhile).
+            started = time.monotonic()
+            thread.call(controller.wait_configured(times=2, timeout=15, switches=["s1"]), 20)
+            print(f"\nprimary again and s1 reconfigured {time.monotonic() - started:.2f} s after the other left")
+            assert controller.switches["s1"].is_primary
