@@ -19,6 +19,7 @@ import pandas as pd
 from pcnlab.experiments import iterations as it
 from pcnlab.experiments import metrics as m
 from pcnlab.experiments.network_iterations import NETWORK, printed_iterations
+from pcnlab.files import write_json
 from pcnlab.results import RunData, load_run
 from pcnlab.topologies.routing import rate_mbps
 
@@ -222,7 +223,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     out["controller"] = controller_metrics(run, table, neck)
     out["queue_full_drops"] = full_queue_drops(run_dir, neck)
     table.to_csv(run.path / "iterations.csv", index=False)
-    (run.path / "metrics.json").write_text(json.dumps(m.json_safe(out), indent=1, allow_nan=False))
+    write_json(run.path / "metrics.json", m.json_safe(out), allow_nan=False)
     if plots and neck is not None:
         from pcnlab.experiments.plots import plot_run_queue
 

@@ -24,6 +24,7 @@ import platform
 import time
 from pathlib import Path
 
+from pcnlab.files import write_json
 from pcnlab.topologies.routing import rate_pps
 
 DEFAULT_PATH = Path("/var/lib/pcnlab/calibration.json")
@@ -51,9 +52,7 @@ def save_calibration(data: dict, path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
             **{k: v for k, v in data.items() if k != "path"}}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=1) + "\n")
-    tmp.replace(path)
+    write_json(path, body)
     return path
 
 

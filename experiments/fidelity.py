@@ -43,6 +43,7 @@ from pcnlab.experiments.calibration import load_calibration
 from pcnlab.experiments.config.runs import FidelityConfig
 from pcnlab.experiments.metrics import json_safe
 from pcnlab.experiments.schedule import rate_timeline
+from pcnlab.files import write_json
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.results import RunData
 from pcnlab.topologies.routing import rate_mbps
@@ -245,7 +246,7 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
 
     out = json_safe({"trusted": not reasons, "reasons": reasons, "warnings": warnings, "checks": checks})
     if write:
-        (run.path / "fidelity.json").write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
+        write_json(run.path / "fidelity.json", out, allow_nan=False)
     return out
 
 

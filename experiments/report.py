@@ -21,6 +21,7 @@ from pcnlab.errors import UsageError
 from pcnlab.experiments import metrics as m
 from pcnlab.experiments import reference as references
 from pcnlab.experiments.rundir import give_back
+from pcnlab.files import write_json
 from pcnlab.results import RunData, run_folders
 
 HEADLINE = (  # (metrics.json key path, title, format)
@@ -290,7 +291,7 @@ def summary(report: Report) -> dict:
 def write_report(folder: Path, report: Report) -> list[Path]:
     folder = Path(folder)
     (folder / "report.md").write_text(format_report(report, markdown=True) + "\n")
-    (folder / "summary.json").write_text(json.dumps(summary(report), indent=1, allow_nan=False) + "\n")
+    write_json(folder / "summary.json", summary(report), allow_nan=False)
     return [folder / "report.md", folder / "summary.json"]
 
 

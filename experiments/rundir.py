@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pcnlab.files import write_json
 from pcnlab.ledger import RunLedger
 from pcnlab.toolchain import require_root
 
@@ -48,7 +49,7 @@ def write_status(run_dir: Path, status: str, extra: dict | None = None) -> None:
     path = Path(run_dir) / "status.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     previous.update({"status": status, **(extra or {})})
-    path.write_text(json.dumps(previous, indent=1))
+    write_json(path, previous)
 
 
 @dataclass
@@ -71,8 +72,8 @@ class RunFolder:
             latest.unlink(missing_ok=True)
             latest.symlink_to(stamp)
             owned.append(latest)
-        (path / "status.json").write_text(json.dumps({"status": "running", "started": time.time(),
-                                                       "host": platform.node(), "kernel": platform.release()}))
+        write_json(path / "status.json", {"status": "running", "started": time.time(), "host": platform.node(),
+                                          "kernel": platform.release()})
         return cls(path, RunLedger(f"{experiment}-{stamp}-{run}-{os.getpid()}", path), tuple(owned))
 
     def finish(self, summary: dict) -> None:

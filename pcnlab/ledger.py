@@ -20,6 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pcnlab.files import write_json
+
 DEFAULT_STATE_DIR = Path(os.environ.get("PCNLAB_STATE_DIR", "/run/pcnlab/runs"))
 
 
@@ -187,9 +189,7 @@ class RunLedger:
         return leftover
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.data), indent=1))
-        tmp.replace(self.path)
+        write_json(self.path, asdict(self.data))
 
 
 @dataclass
