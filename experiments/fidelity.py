@@ -132,6 +132,24 @@ def switch_outages(events: pd.DataFrame) -> list[dict]:
     return out
 
 
+def _lost_parts(events: pd.DataFrame) -> list[str]:
+    """What ended in the middle of the run besides a switch (experiments/watch.py), one reason each."""
+    if events.empty or "type" not in events:
+        return []
+    t0, out = float(events["host_ns"].min()), []
+    for _, e in events[events["type"].isin(["switch_backup", "collector_ended", "flow_ended"])].iterrows():
+        at = f"{(float(e['host_ns']) - t0) / 1e9:.1f} s into the run"
+        if e["type"] == "switch_backup":
+            out.append(f"another P4Runtime client became primary on switch {e['switch']} {at}: the controller's "
+                       f"writes were refused while it was")
+        elif e["type"] == "collector_ended":
+            out.append(f"the queue-log collector of {e['switch']} ended {at} (status {int(e['status'])}): its "
+                       f"queue log stops there")
+        else:
+            out.append(f"background flow {e['flow']} ended {at} (status {int(e['status'])})")
+    return out
+
+
 def controller_lag(events: pd.DataFrame) -> dict:
     """From each burst report to the window write it caused (ms), and the writes' latency (ms)."""
     empty = {"lag_ms": stats([]), "write_ms": stats([])}
@@ -238,11 +256,7 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
         back = f"configured again after {o['down_ms']:.0f} ms" if o["down_ms"] is not None else "never back"
         restarted = f"; BMv2 ended with status {o['status']} and was started again" if o["status"] is not None else ""
         reasons.append(f"switch {o['switch']} was down {o['at_s']:.1f} s into the run ({back}{restarted})")
-    events = run.events
-    if not events.empty and "type" in events:
-        for name in sorted(set(events[events["type"] == "switch_backup"].get("switch", []))):
-            reasons.append(f"another P4Runtime client became primary on switch {name}: the controller's writes "
-                           f"were refused while it was")
+    reasons += _lost_parts(run.events)
 
     out = json_safe({"trusted": not reasons, "reasons": reasons, "warnings": warnings, "checks": checks})
     if write:

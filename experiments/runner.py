@@ -21,6 +21,7 @@ from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.experiments.sampler import CpuSampler
 from pcnlab.experiments.schedule import ScheduleRunner
+from pcnlab.experiments.watch import RunWatch
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 
 
@@ -69,7 +70,7 @@ class RunExecution:
         self.folder = folder
         self.say = say
         self.schedule: ScheduleRunner | None = None
-        self._revive = None   # during a BMv2 run: restarts crashed switches, logging each (_keep_switches)
+        self.watch: RunWatch | None = None   # during a run: what may end in its middle (experiments/watch.py)
 
     def execute(self) -> None:
         from pcnlab.workloads import FlowSpec, JobSpec, Workloads
@@ -88,13 +89,14 @@ class RunExecution:
             flows = None
             jobs = []
             events = EventLog(path / "events.jsonl")
-            self._revive = (lambda: self._keep_switches(net, events)) if bmv2 else None
+            watch = self.watch = RunWatch(events, net if bmv2 else None)
             workloads = Workloads(path, net=net, ledger=ledger)
             try:
                 if bmv2:
                     controller_thread, scheduler = start_controller(run, topo, net.endpoints(), events)
                 if telemetry:
                     collectors = self._start_collectors(net, topo)
+                    watch.collectors = dict(zip(topo.switches(), collectors))
                 progress = Progress(run.duration_s)
                 schedule = self.schedule = ScheduleRunner(  # changes during the run (experiments/schedule.py)
                     run.schedule, endpoints=net.endpoints() if bmv2 else (), controller=controller_thread,
@@ -103,7 +105,7 @@ class RunExecution:
                 if run.background:
                     plain = [FlowSpec(**f.flow_spec_kwargs(run.duration_s)) for f in run.background
                              if f.name not in schedule.own_flows()]
-                    flows = workloads.start_flows(plain) if plain else None
+                    flows = watch.flows = workloads.start_flows(plain) if plain else None
                     schedule.start_background()
                     events.write("background_started", flows=len(run.background))
                     self._wait(progress, run.warmup_s, "background warming up")
@@ -147,18 +149,8 @@ class RunExecution:
             time.sleep(0.2)
 
     def _check_switches(self, progress: Progress) -> None:
-        if self._revive is not None:
-            for name, status in self._revive():
-                progress.update(f"switch {name} ended (status {status}); started it again")
-
-    @staticmethod
-    def _keep_switches(net, events: EventLog) -> list[tuple[str, int]]:
-        """A BMv2 process that died is started again at once; the hole is an event (`switch_restarted`;
-        the controller logs `switch_down` and `switch_ready` around it), which the fidelity check names."""
-        revived = net.revive()
-        for name, status in revived:
-            events.write("switch_restarted", switch=name, status=status)
-        return revived
+        for note in self.watch.tick() if self.watch is not None else []:
+            progress.update(note)
 
     def _run_until_done(self, progress: Progress, jobs) -> None:
         end = progress.started + self.run.duration_s

@@ -44,7 +44,9 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"{what} within {timeout:g} s")
 
 
-def test_a_switch_killed_mid_run_comes_back_and_the_run_says_so(tmp_path):
+def _run_and_kill(tmp_path, victim) -> tuple[int, str, object]:
+    """`pcnlab run` of SPEC; 3 s after its job started, SIGKILL the process `victim(run)` names.
+    Returns the exit status, stdout + stderr, and the run folder."""
     spec = tmp_path / "crash.yaml"
     spec.write_text(SPEC)
     results = tmp_path / "results"
@@ -56,14 +58,27 @@ def test_a_switch_killed_mid_run_comes_back_and_the_run_says_so(tmp_path):
         _wait_for(lambda: any(r.get("type") == "job_started" for r in read_json_lines(run / "events.jsonl")[1]),
                   90, "the job started")
         time.sleep(3)
-        s1 = json.loads((run / "network.json").read_text())["switches"]["s1"]["pid"]
-        os.kill(s1, signal.SIGKILL)
+        os.kill(victim(run), signal.SIGKILL)
         out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0 and "Traceback" not in err, out[-2000:] + err[-2000:]
+    ledger = LedgerData.from_json((run / "started.json").read_text())
+    assert not [p for p in ledger.processes if is_running(p.pid, p.start_time)]   # nothing left running
+    assert "Traceback" not in err, err[-3000:]
+    return proc.returncode, out + err, run
+
+
+def _ledger_pid(run, starts: str) -> int:
+    ledger = LedgerData.from_json((run / "started.json").read_text())
+    return next(p.pid for p in ledger.processes if p.what.startswith(starts))
+
+
+def test_a_switch_killed_mid_run_comes_back_and_the_run_says_so(tmp_path):
+    code, output, run = _run_and_kill(
+        tmp_path, lambda run: json.loads((run / "network.json").read_text())["switches"]["s1"]["pid"])
+    assert code == 0, output[-3000:]
     assert json.loads((run / "status.json").read_text())["status"] == "finished"
     events = read_json_lines(run / "events.jsonl")[1]
     restarted = [e for e in events if e["type"] == "switch_restarted"]
@@ -77,5 +92,23 @@ def test_a_switch_killed_mid_run_comes_back_and_the_run_says_so(tmp_path):
     assert not fidelity["trusted"] and any("switch s1 was down" in r for r in fidelity["reasons"])
     print(f"\ns1 killed: configured again after {outage['down_ms']:.0f} ms")
     assert outage["down_ms"] < 5000    # the bound is finsy's 10 s back-off; the goal (2 s) is measured
-    ledger = LedgerData.from_json((run / "started.json").read_text())
-    assert not [p for p in ledger.processes if is_running(p.pid, p.start_time)]
+
+
+@pytest.mark.parametrize("victim, named", [
+    ("collector for s1", "the queue-log collector of s1 ended"),
+    ("background flows background: h3-h4.sender", "background flow h3-h4.sender ended"),
+])
+def test_a_helper_killed_mid_run_is_named_and_the_run_finishes(tmp_path, victim, named):
+    code, output, run = _run_and_kill(tmp_path, lambda run: _ledger_pid(run, victim))
+    assert code == 0, output[-3000:]
+    assert json.loads((run / "status.json").read_text())["status"] == "finished"
+    fidelity = json.loads((run / "fidelity.json").read_text())
+    assert not fidelity["trusted"] and any(named in r and "(status -9)" in r for r in fidelity["reasons"]), \
+        fidelity["reasons"]
+
+
+def test_a_worker_killed_mid_run_ends_it_in_one_line(tmp_path):
+    code, output, run = _run_and_kill(tmp_path, lambda run: _ledger_pid(run, "job gen: rank 1"))
+    status = json.loads((run / "status.json").read_text())
+    assert code != 0 and status["status"] == "failed"
+    assert "rank 1" in status["error"] and "SIGKILL" in status["error"] and "\n" not in status["error"]

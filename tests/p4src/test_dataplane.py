@@ -298,3 +298,26 @@ def test_telemetry_follows_the_queue_and_numbers_its_records(rig):
     seqs = [r["seq"] for r in records]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
     assert summary["lost"] == 0 and summary["records"] == len(records)
+
+
+def test_a_window_ends_on_time_when_its_controller_is_gone(rig):
+    """A window is a table entry holding its own end, compared with each packet's time in the switch:
+    a controller that dies after arming it (no disarm, no shutdown) cannot make it outlast its end.
+    The rig's controller is stopped right after arming (it has no scheduler to remove windows); the
+    switch alone then marks at K_pre inside the window and at K after it. Last in this module: the rig
+    has no controller after it."""
+    rig.set_mode(PortMode("pcn", k=K, k_pre=K_PRE))
+    with rig.queue_log() as (records, _):
+        now = rig.now_us()
+        start, end = now + 600_000, now + 1_100_000
+        rig.arm_window(start, end)
+        rig.thread.stop()                    # the controller is gone; the entry stays in the switch
+        rig.blast("h1", 300)                 # 1.5 s of departures at 200 packets/s
+        rig.drain(300)
+    assert rig.now_us() > end
+    bg = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    inside = [r for r in bg if start <= r["egress_us"] < end]
+    after = [r for r in bg if r["egress_us"] >= end]
+    assert len(inside) >= 40 and len(after) >= 40, (len(inside), len(after))
+    assert all(r["in_window"] == (start <= r["egress_us"] < end) for r in bg)
+    assert all(r["marked"] == (r["enq_qdepth"] >= (K_PRE if r["in_window"] else K)) for r in bg)
