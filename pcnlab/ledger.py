@@ -183,7 +183,7 @@ class RunLedger:
         """The run tore down what it started. Whatever of it is still there (a teardown cut short: an
         aborted sweep once left two BMv2 switches running) is removed now, exactly as `pcnlab clean`
         would; then the run no longer needs cleaning."""
-        leftover = clean_ledger(self.data)  # silent: an error being reported stays one line
+        leftover = clean_ledger(self.data, self.index_entry.parent)  # silent: an error being reported stays one line
         if self.index_entry.is_symlink() or self.index_entry.exists():
             self.index_entry.unlink()
         return leftover
@@ -230,8 +230,23 @@ def stale_ledgers(state_dir: Path = DEFAULT_STATE_DIR) -> list[tuple[Path, Ledge
     return found
 
 
-def clean_ledger(data: LedgerData) -> CleanReport:
-    """Remove exactly what the ledger lists, in the order that lets the kernel do the rest."""
+def _namespaces_of_live_runs(state_dir: Path, other_than: str) -> dict[int, int]:
+    """inode -> the latest start time of a namespace with it, in the ledgers of live runs but one."""
+    taken: dict[int, int] = {}
+    for entry in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
+        try:
+            live = LedgerData.from_json(entry.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if live.run_id != other_than and live.owner_alive():
+            for ns in live.namespaces:
+                taken[ns.inode] = max(taken.get(ns.inode, -1), ns.start_time)
+    return taken
+
+
+def clean_ledger(data: LedgerData, state_dir: Path = DEFAULT_STATE_DIR) -> CleanReport:
+    """Remove exactly what the ledger lists, in the order that lets the kernel do the rest; never a
+    namespace a live run (its ledger in `state_dir`) has made since."""
     report = CleanReport(data.run_id)
     victims: dict[int, str] = {}
     for proc in data.processes:
@@ -239,8 +254,12 @@ def clean_ledger(data: LedgerData) -> CleanReport:
             victims[proc.pid] = proc.what
     # Every process inside one of the run's namespaces belongs to the run (workers, iperf3, ...),
     # even when the host's shell is already gone. A namespace lives while any process is in it, so
-    # its inode cannot have been reused while such a process exists.
-    namespaces = {ns.inode: ns for ns in data.namespaces}
+    # its inode cannot have been reused while such a process exists. Once it is gone the kernel reuses
+    # the inode at once: a namespace that a live run's ledger lists with that inode, made after ours,
+    # is that run's (two runs one after the other: the first one's teardown killed the second one's
+    # collectors and flows, measured) and is left alone.
+    taken = _namespaces_of_live_runs(state_dir, data.run_id)
+    namespaces = {ns.inode: ns for ns in data.namespaces if taken.get(ns.inode, -1) <= ns.start_time}
     if namespaces:
         for pid_dir in Path("/proc").iterdir():
             if not pid_dir.name.isdigit():
@@ -320,7 +339,7 @@ def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for entry, data in stale_ledgers(state_dir):
             if data is not None:
-                reports.append(clean_ledger(data))
+                reports.append(clean_ledger(data, state_dir))
                 reports[-1].marked_killed = _status_of(Path(data.run_dir)) == "running"
                 if reports[-1].marked_killed:
                     write_status(Path(data.run_dir), "killed", {

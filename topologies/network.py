@@ -137,7 +137,8 @@ class PcnNetwork:
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
                 if not waiting:
-                    say(f"waiting for another PCN Lab network to finish (pid {holder})")
+                    whose = f" (pid {holder})" if holder != "?" else " (it is starting)"
+                    say(f"waiting for another PCN Lab network to finish{whose}")
                     waiting = True
                 if time.monotonic() - started > timeout:
                     os.close(fd)

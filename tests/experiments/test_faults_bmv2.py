@@ -112,3 +112,36 @@ def test_a_worker_killed_mid_run_ends_it_in_one_line(tmp_path):
     status = json.loads((run / "status.json").read_text())
     assert code != 0 and status["status"] == "failed"
     assert "rank 1" in status["error"] and "SIGKILL" in status["error"] and "\n" not in status["error"]
+
+
+def test_two_runs_started_at_once_take_turns(tmp_path):
+    """Two users' `pcnlab run` at the same moment: the second waits for the first network to end (one
+    line says so and whose it is), then runs on its own; never two networks sharing switches."""
+    spec = tmp_path / "crash.yaml"
+    spec.write_text(SPEC.replace("iterations: 30", "iterations: 10").replace("duration_s: 16", "duration_s: 6"))
+    logs = [tmp_path / f"run{i}.log" for i in (1, 2)]   # files, not pipes: the one waiting is not read
+    procs = []
+    try:
+        for i, log in zip((1, 2), logs):
+            with open(log, "w") as out:
+                procs.append(subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results",
+                                               str(tmp_path / f"results{i}")], stdout=out, stderr=subprocess.STDOUT))
+        for p in procs:
+            p.wait(timeout=300)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.wait(60)
+    outputs = [log.read_text() for log in logs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    waited = [o for o in outputs if "waiting for another PCN Lab network to finish (" in o]
+    assert len(waited) == 1, outputs
+    runs = [next((tmp_path / f"results{i}" / "crash").glob("*/run")) for i in (1, 2)]
+    # The later network came up (its event log's anchor is written once it is up) after the earlier
+    # one's last event (written before its network stops): never side by side. One clock: host_ns.
+    logs = {r: read_json_lines(r / "events.jsonl") for r in runs}
+    first, second = sorted(runs, key=lambda r: logs[r][0]["host_ns"])
+    assert logs[second][0]["host_ns"] > max(e["host_ns"] for e in logs[first][1])
+    pids = {json.loads((r / "network.json").read_text())["switches"]["s1"]["pid"] for r in runs}
+    assert len(pids) == 2

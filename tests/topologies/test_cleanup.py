@@ -119,3 +119,31 @@ def test_closing_a_ledger_removes_what_a_cut_short_teardown_left(tmp_path):
         for p in (ours, theirs):
             p.kill()
             p.wait()
+
+
+def test_a_namespace_inode_a_live_run_reused_is_left_alone(tmp_path):
+    """A dead run's namespace is gone and the kernel gave its inode to a new namespace of another, live
+    run (made while the first run's teardown still cleaned): clean must not touch it. Measured before
+    the fix: two runs one after the other, the first one's ledger close killed the second one's
+    collectors and background flows."""
+    from pcnlab.ledger import NamespaceEntry, RunLedger, clean_ledger, netns_inode
+
+    state = tmp_path / "state"
+    other = subprocess.Popen(["unshare", "--net", "sleep", "60"])   # the live run's host
+    try:
+        deadline = time.monotonic() + 5
+        while netns_inode(other.pid) == netns_inode(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        inode = netns_inode(other.pid)
+        live = RunLedger("live", tmp_path / "live", state)             # owned by this (live) process
+        live.add_namespace("h1", other.pid)
+        dead = LedgerData(run_id="dead", run_dir=str(tmp_path), owner_pid=1, owner_start_time=1, started_wall=0.0,
+                          namespaces=[NamespaceEntry("h1", other.pid, 1, inode)])   # made earlier, same inode
+        report = clean_ledger(dead, state)
+        assert other.poll() is None and not report.killed
+        live.close()                                                    # the live run's own close: its host goes
+        assert other.wait(timeout=10) is not None
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()
