@@ -5,6 +5,8 @@ the network, and `pcnlab clean` removes it after a run that died."""
 from __future__ import annotations
 
 import socket
+import time
+from pathlib import Path
 import subprocess
 
 import pytest
@@ -68,3 +70,51 @@ def test_clean_removes_a_dead_runs_guard(run_folder):
     report = clean_ledger(LedgerData.from_json(run_folder.ledger.path.read_text()))   # as read back after a crash
     assert report.removed_nft_tables == [table] and "1 nftables tables" in report.summary()
     assert not control_ports.exists(table)
+
+
+@needs_bmv2
+def test_p4runtime_over_tls_as_documented(tmp_path):
+    """docs/guide.md "P4Runtime over TLS": certificates by scripts/tls-certs.sh, BMv2 with
+    --grpc-server-ssl and client authentication, finsy with GRPCCredentialsTLS. A client with the
+    certificates becomes primary; one without them never gets a channel."""
+    import asyncio
+
+    import finsy as fy
+
+    from pcnlab.topologies.bmv2 import free_port
+    from pcnlab.toolchain import bmv2_build
+
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", str(Path(__file__).resolve().parents[2] / "scripts" / "tls-certs.sh"), str(certs)],
+                   check=True, capture_output=True, timeout=60)
+    grpc = f"127.0.0.1:{free_port()}"
+    switch = subprocess.Popen([str(bmv2_build(False).switch), "--no-p4", "--device-id", "1", "--thrift-port",
+                               str(free_port()), "--", "--grpc-server-addr", grpc, "--grpc-server-ssl",
+                               "--grpc-server-cacert", str(certs / "ca.pem"), "--grpc-server-cert",
+                               str(certs / "server.pem"), "--grpc-server-key", str(certs / "server.key"),
+                               "--grpc-server-with-client-auth"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        host, port = grpc.rsplit(":", 1)
+        deadline = time.monotonic() + 15
+        while not _connects(host, int(port), 0.2):
+            assert time.monotonic() < deadline and switch.poll() is None, "BMv2 did not start"
+            time.sleep(0.1)
+        tls = fy.GRPCCredentialsTLS(cacert=certs / "ca.pem", cert=certs / "client.pem",
+                                    private_key=certs / "client.key")
+
+        async def primary(credentials) -> bool | str:
+            options = fy.SwitchOptions(channel_credentials=credentials, initial_election_id=5)
+            try:
+                async with asyncio.timeout(5):
+                    async with fy.Switch("tls", grpc, options) as sw:
+                        return sw.is_primary
+            except Exception as exc:   # noqa: BLE001 -- which error it was is the point
+                return f"{type(exc).__name__}: {exc}"
+
+        assert asyncio.run(primary(tls)) is True
+        refused = asyncio.run(primary(None))
+        assert isinstance(refused, str) and "UNAVAILABLE" in refused, refused
+    finally:
+        switch.terminate()
+        switch.wait(10)
