@@ -19,13 +19,14 @@ from pcnlab.controller.specs import SwitchEndpoint, save_endpoints
 from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.ledger import RunLedger, clean_stale
 from pcnlab.topologies import control_ports
-from pcnlab.topologies.bmv2 import Bmv2Switch
+from pcnlab.topologies.bmv2 import Bmv2StartError, Bmv2Switch
 from pcnlab.topologies.routing import FRAME_BYTES, compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
 
 SWITCH_KINDS = ("bmv2", "bridge")
 # Mininet names root-namespace interfaces s1-eth1, ...: two networks at once would collide, so a
 # machine runs one PcnNetwork at a time and the next one waits for this lock.
+REVIVE_ATTEMPTS = 3   # starts of a switch that died, before the run fails
 NETWORK_LOCK = Path(os.environ.get("PCNLAB_LOCK", "/run/pcnlab/network.lock"))
 
 
@@ -279,7 +280,13 @@ class PcnNetwork:
         for sw in self.bmv2_switches:
             if sw.process is not None and sw.process.poll() is not None:
                 status = sw.process.returncode
-                sw.restart()
+                for attempt in range(REVIVE_ATTEMPTS):   # killed again while starting (measured once in 53
+                    try:                                 # random faults): try again, then fail in one line
+                        sw.restart()
+                        break
+                    except Bmv2StartError:
+                        if attempt == REVIVE_ATTEMPTS - 1:
+                            raise
                 revived.append((sw.name, status))
         return revived
 
