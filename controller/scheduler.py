@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import finsy as fy
 
@@ -26,7 +27,7 @@ from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.core import WindowScheduler
-from pcnlab.controller.windows import PlannerConfig, WindowChange, WindowPlanner
+from pcnlab.controller.windows import PlannerConfig, Window, WindowChange, WindowPlanner
 
 CLOCK_PERIOD_S = 0.5
 MAX_SLEEP_S = 0.05
@@ -45,9 +46,11 @@ class PcnScheduler:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.arm_latencies_s: list[float] = []
+        # Windows a switch lost with its session, in host time (ns), to arm again once it is configured.
+        self._lost: dict[str, list[tuple[Window, int, int]]] = {}
         controller.on_burst.append(self.on_burst)
         controller.on_ready.append(self._switch_ready)
-        controller.on_down.append(lambda name: self.events.write("switch_down", switch=name))
+        controller.on_down.append(self._switch_down)
         controller.on_backup.append(lambda name: self.events.write("switch_backup", switch=name))
         controller.on_stop.append(self.shutdown)
         controller.on_start.append(self.start)
@@ -151,10 +154,46 @@ class PcnScheduler:
     async def start(self) -> None:
         self._tasks += [asyncio.ensure_future(self._keep_clocks()), asyncio.ensure_future(self._ticks())]
 
+    def _switch_down(self, name: str) -> None:
+        """The switch's session dropped (a crash, a restart, another primary): note which of its windows
+        are still to come, in host time, before its clock may change."""
+        self.events.write("switch_down", switch=name)
+        clock = self.clocks[name].map
+        if clock is not None:
+            now = time.monotonic_ns()
+            self._lost[name] = [(w, clock.to_host_ns(w.start_us), clock.to_host_ns(w.end_us))
+                                for w in self.core.planner.armed() if w.switch == name
+                                and clock.to_host_ns(w.end_us) > now]
+
     async def _switch_ready(self, switch: fy.Switch, endpoint: SwitchEndpoint) -> None:
         # Configuring a switch cleared its tables (and a restart also reset its clock).
         self.core.forget_switch(switch.name)
         self.events.write("switch_ready", switch=switch.name, times=self.controller.configured[switch.name] + 1)
+        lost = self._lost.pop(switch.name, [])
+        if lost:
+            await self._carry(switch.name, lost)
+
+    async def _carry(self, name: str, lost: list[tuple[Window, int, int]]) -> None:
+        """Arm the lost windows again, moved into the switch's clock as it is now (a restarted BMv2
+        counts from zero): a fresh clock sample, then each window at the same host time."""
+        self._thrift.pop(name, None)            # its connection went with the old process
+        try:
+            sample = await asyncio.to_thread(self._sample_clock, name)
+        except ThriftError as exc:
+            self._thrift.pop(name, None)
+            self.events.write("clock_error", switch=name, error=str(exc))
+            return
+        if self.clocks[name].add(sample):
+            self.events.write("switch_clock_reset", switch=name)
+        clock = self.clocks[name].map
+        now_us = clock.to_switch_us(time.monotonic_ns())
+        changes = []
+        for window, start_ns, end_ns in lost:
+            end_us = clock.to_switch_us(end_ns)
+            if end_us > now_us:
+                moved = replace(window, start_us=max(clock.to_switch_us(start_ns), now_us), end_us=end_us)
+                changes.append(self.core.planner.carry(moved, now_us))
+        await self._apply(changes)
 
     async def shutdown(self) -> None:
         """Leave no window armed."""

@@ -190,6 +190,11 @@ class WindowPlanner:
         """Every armed window, to remove (on shutdown: leave no window armed)."""
         return [self._remove(w, reason, now_us) for w in self.armed()]
 
+    def carry(self, window: Window, now_us: int) -> WindowChange:
+        """Arm again a window its switch lost (a restart or a reconfiguration), already moved into the
+        switch's new clock by the caller; it is then removed like any other."""
+        return self._add(window, "carried", now_us)
+
     def forget_switch(self, switch: str) -> None:
         """A restarted switch lost its table: nothing to remove, nothing armed."""
         for key in [k for k in self._armed if k.switch == switch]:

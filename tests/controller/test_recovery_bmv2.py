@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import needs_bmv2
+from pcnlab.jsonlines import read_json_lines
 from pcnlab.controller.controller import ControllerThread, PcnController, _other_spelling
 from pcnlab.controller.program import P4Program
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
@@ -103,3 +104,49 @@ def test_a_second_primary_is_noticed(run_folder):
             thread.call(controller.wait_configured(times=2, timeout=15, switches=["s1"]), 20)
             print(f"\nprimary again and s1 reconfigured {time.monotonic() - started:.2f} s after the other left")
             assert controller.switches["s1"].is_primary
+
+
+@needs_bmv2
+def test_windows_a_crashed_switch_lost_are_armed_again_in_its_new_clock(run_folder):
+    """A window armed for 3 s ahead, then the switch is killed and started again: its clock starts from
+    zero and its table is empty; once configured, the window is in its table again, at the same moment
+    of the host's clock, in the new switch clock (within the clock map's error)."""
+    from pcnlab.controller.events import EventLog
+    from pcnlab.controller.scheduler import PcnScheduler
+    from pcnlab.controller.windows import PlannerConfig, Window
+
+    topo = make_topology("dumbbell", left=1, right=1)
+    with PcnNetwork(topo, run_folder.path, run_folder.ledger, NetworkOptions(switch="bmv2")) as net:
+        controller = PcnController(net.endpoints(), P4Program.named())
+        events = EventLog(run_folder.path / "events.jsonl")
+        scheduler = PcnScheduler(controller, events, PlannerConfig(k_pre=5))
+        with ControllerThread(controller) as thread:
+            time.sleep(1.5)                                      # the clock map has a few samples
+            now = scheduler.switch_now_us("s2")
+            window = Window("s2", 1, 1, now + 3_000_000, now + 3_200_000)
+            thread.call(scheduler._apply([scheduler.core.planner.carry(window, now)]), 10)
+            start_ns = scheduler.clocks["s2"].map.to_host_ns(window.start_us)
+            s2 = next(sw for sw in net.bmv2_switches if sw.name == "s2")
+            os.kill(s2.process.pid, signal.SIGKILL)
+            while not net.revive():
+                time.sleep(0.05)
+            thread.call(controller.wait_configured(times=2, timeout=10, switches=["s2"]), 15)
+            time.sleep(0.3)
+
+            import finsy as fy
+
+            async def windows():
+                return [e async for e in controller.switches["s2"].read(fy.P4TableEntry("predrain_windows"))]
+
+            entries = thread.call(windows(), 10)
+            assert len(entries) == 1, entries
+            low, high = entries[0].match["now_us"]
+            expected = scheduler.clocks["s2"].map.to_switch_us(start_ns)
+            print(f"\nwindow armed again at {low} us of the new clock (expected {expected}; before the crash "
+                  f"{window.start_us})")
+            assert low < window.start_us and abs(low - expected) < 5_000
+            assert high - low == window.end_us - window.start_us - 1
+        events.close()
+        carried = [e for e in read_json_lines(run_folder.path / "events.jsonl")[1] if e["type"] == "arm"
+                   and e["reason"] == "carried"]
+        assert len(carried) == 2                                 # the test's own, and the switch's again
