@@ -48,6 +48,9 @@ class PcnScheduler:
         self.arm_latencies_s: list[float] = []
         # Windows a switch lost with its session, in host time (ns), to arm again once it is configured.
         self._lost: dict[str, list[tuple[Window, int, int]]] = {}
+        # Switches whose session dropped and which are not configured again yet: nothing is written to
+        # them (a fresh BMv2 without its pipeline crashed, SIGSEGV, on a window write: measured).
+        self._down: set[str] = set()
         controller.on_burst.append(self.on_burst)
         controller.on_ready.append(self._switch_ready)
         controller.on_down.append(self._switch_down)
@@ -124,6 +127,9 @@ class PcnScheduler:
             if not self.arm:
                 self.events.write(f"would_{change.op}", **fields)
                 continue
+            if w.switch in self._down:          # carried over once it is configured (_switch_down)
+                self.events.write("window_error", **fields, op=change.op, error="switch down")
+                continue
             try:
                 if change.op == "arm":
                     latency = await self.controller.arm_window(w.switch, w.port, w.start_us, w.end_us)
@@ -158,6 +164,7 @@ class PcnScheduler:
         """The switch's session dropped (a crash, a restart, another primary): note which of its windows
         are still to come, in host time, before its clock may change."""
         self.events.write("switch_down", switch=name)
+        self._down.add(name)
         clock = self.clocks[name].map
         if clock is not None:
             now = time.monotonic_ns()
@@ -169,6 +176,7 @@ class PcnScheduler:
         # Configuring a switch cleared its tables (and a restart also reset its clock).
         self.core.forget_switch(switch.name)
         self.events.write("switch_ready", switch=switch.name, times=self.controller.configured[switch.name] + 1)
+        self._down.discard(switch.name)
         lost = self._lost.pop(switch.name, [])
         if lost:
             await self._carry(switch.name, lost)
