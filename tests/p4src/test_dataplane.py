@@ -43,15 +43,17 @@ def test_droptail_never_marks_and_drops_at_a_full_queue(rig):
     with rig.capture() as packets, rig.queue_log() as (records, _):
         rig.blast("h1", 400)  # more than the 300-packet queue holds
         rig.drain(300)
-    assert len(packets) >= 250 and not _ce(packets)
     recs = _port_records(records, rig)
     assert recs and not any(r["marked"] for r in recs)
     assert max(r["enq_qdepth"] for r in recs) >= 250
     after = rig.counters()
     handed = after[(rig.port, "background", "to_queue")][0] - before.get((rig.port, "background", "to_queue"), (0,))[0]
     sent = after[(rig.port, "background", "tx")][0] - before.get((rig.port, "background", "tx"), (0,))[0]
-    # Drops at the full queue never reach P4: ingress-to-queue minus egress counts them.
-    assert handed == 400 and 250 <= sent < 400 and handed - sent == 400 - len(packets)
+    # Drops at the full queue never reach P4: ingress-to-queue minus egress counts them. The capture at
+    # h3 is checked for marks only: under a full suite's load tcpdump missed packets the switch sent
+    # (250 and 247 captured of 309 and about 300 sent, twice in three suites).
+    assert handed == 400 and 250 <= sent < 400
+    assert 0 < len(packets) <= sent and not _ce(packets)
 
 
 def test_ecn_marks_ect_at_k(rig):
