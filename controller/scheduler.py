@@ -68,18 +68,26 @@ class PcnScheduler:
         switch_us = thrift.elapsed_us()
         return ClockSample(before, switch_us, time.monotonic_ns())
 
+    async def _take_clock_sample(self, switch: str) -> ClockSample | None:
+        """One sample into the switch's clock estimator (None: thrift failed, logged); a restart it
+        reveals is logged and what was learned in the old clock forgotten."""
+        try:
+            sample = await asyncio.to_thread(self._sample_clock, switch)
+        except ThriftError as exc:
+            self._thrift.pop(switch, None)
+            self.events.write("clock_error", switch=switch, error=str(exc))
+            return None
+        if self.clocks[switch].add(sample):
+            self.events.write("switch_clock_reset", switch=switch)
+            self.core.forget_switch(switch)
+        return sample
+
     async def _keep_clocks(self) -> None:
         while True:
             for switch, estimator in self.clocks.items():
-                try:
-                    sample = await asyncio.to_thread(self._sample_clock, switch)
-                except ThriftError as exc:
-                    self._thrift.pop(switch, None)
-                    self.events.write("clock_error", switch=switch, error=str(exc))
+                sample = await self._take_clock_sample(switch)
+                if sample is None:
                     continue
-                if estimator.add(sample):
-                    self.events.write("switch_clock_reset", switch=switch)
-                    self.core.forget_switch(switch)
                 clock = estimator.map
                 self.events.write("clock", switch=switch, switch_us=sample.switch_us,
                                   round_trip_us=sample.round_trip_ns / 1000,
@@ -185,14 +193,8 @@ class PcnScheduler:
         """Arm the lost windows again, moved into the switch's clock as it is now (a restarted BMv2
         counts from zero): a fresh clock sample, then each window at the same host time."""
         self._thrift.pop(name, None)            # its connection went with the old process
-        try:
-            sample = await asyncio.to_thread(self._sample_clock, name)
-        except ThriftError as exc:
-            self._thrift.pop(name, None)
-            self.events.write("clock_error", switch=name, error=str(exc))
+        if await self._take_clock_sample(name) is None:
             return
-        if self.clocks[name].add(sample):
-            self.events.write("switch_clock_reset", switch=name)
         clock = self.clocks[name].map
         now_us = clock.to_switch_us(time.monotonic_ns())
         changes = []
