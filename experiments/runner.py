@@ -145,10 +145,10 @@ class RunExecution:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             progress.update(note)
-            self._check_switches(progress)
+            self._watch_tick(progress)
             time.sleep(0.2)
 
-    def _check_switches(self, progress: Progress) -> None:
+    def _watch_tick(self, progress: Progress) -> None:
         for note in self.watch.tick() if self.watch is not None else []:
             progress.update(note)
 
@@ -160,7 +160,7 @@ class RunExecution:
                 progress.update("jobs finished")
                 return
             changed = self.schedule.tick() if self.schedule is not None else []
-            self._check_switches(progress)
+            self._watch_tick(progress)
             progress.update(f"{len(running)} job(s) running" if jobs else "background only")
             if changed:
                 progress.update("schedule: " + "; ".join(changed))

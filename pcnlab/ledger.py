@@ -214,31 +214,27 @@ class CleanReport:
         return f"run {self.run_id}: removed " + ", ".join(parts) + marked
 
 
-def stale_ledgers(state_dir: Path = DEFAULT_STATE_DIR) -> list[tuple[Path, LedgerData | None]]:
-    """Index entries whose owner is gone (None data: the ledger file itself is gone or unreadable)."""
+def _index(state_dir: Path) -> list[tuple[Path, LedgerData | None]]:
+    """Every index entry with its ledger (None: the ledger file itself is gone or unreadable)."""
     found: list[tuple[Path, LedgerData | None]] = []
-    if not state_dir.is_dir():
-        return found
-    for entry in sorted(state_dir.glob("*.json")):
+    for entry in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
         try:
-            data = LedgerData.from_json(entry.read_text())
+            found.append((entry, LedgerData.from_json(entry.read_text())))
         except (OSError, ValueError, KeyError, TypeError):
             found.append((entry, None))
-            continue
-        if not data.owner_alive():
-            found.append((entry, data))
     return found
+
+
+def stale_ledgers(state_dir: Path = DEFAULT_STATE_DIR) -> list[tuple[Path, LedgerData | None]]:
+    """Index entries whose owner is gone (None data: the ledger file itself is gone or unreadable)."""
+    return [(entry, data) for entry, data in _index(state_dir) if data is None or not data.owner_alive()]
 
 
 def _namespaces_of_live_runs(state_dir: Path, other_than: str) -> dict[int, int]:
     """inode -> the latest start time of a namespace with it, in the ledgers of live runs but one."""
     taken: dict[int, int] = {}
-    for entry in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
-        try:
-            live = LedgerData.from_json(entry.read_text())
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if live.run_id != other_than and live.owner_alive():
+    for _, live in _index(state_dir):
+        if live is not None and live.run_id != other_than and live.owner_alive():
             for ns in live.namespaces:
                 taken[ns.inode] = max(taken.get(ns.inode, -1), ns.start_time)
     return taken

@@ -26,8 +26,8 @@ from pcnlab.topologies.topos import PcnTopo
 SWITCH_KINDS = ("bmv2", "bridge")
 # Mininet names root-namespace interfaces s1-eth1, ...: two networks at once would collide, so a
 # machine runs one PcnNetwork at a time and the next one waits for this lock.
-REVIVE_ATTEMPTS = 3   # starts of a switch that died, before the run fails
 NETWORK_LOCK = Path(os.environ.get("PCNLAB_LOCK", "/run/pcnlab/network.lock"))
+REVIVE_ATTEMPTS = 3   # starts of a switch that died, before the run fails
 
 
 @dataclass(frozen=True)
