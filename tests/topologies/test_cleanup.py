@@ -12,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import needs_mininet
+from conftest import needs_mininet, needs_root
 from pcnlab.ledger import LedgerData, ifindex, is_running
 
 CHILD = textwrap.dedent("""
@@ -121,6 +121,7 @@ def test_closing_a_ledger_removes_what_a_cut_short_teardown_left(tmp_path):
             p.wait()
 
 
+@needs_root
 def test_a_namespace_inode_a_live_run_reused_is_left_alone(tmp_path):
     """A dead run's namespace is gone and the kernel gave its inode to a new namespace of another, live
     run (made while the first run's teardown still cleaned): clean must not touch it. Measured before

@@ -30,7 +30,7 @@ from pcnlab.workloads.containers import (
     runtime_flags,
 )
 
-from conftest import ROOT, needs_podman
+from conftest import ROOT, needs_podman, needs_root
 
 
 @pytest.fixture
@@ -83,6 +83,7 @@ def test_runtime_follows_the_cgroup_mode():
         assert f"nofile={hard_nofile}:{hard_nofile}" in ulimits
 
 
+@needs_root   # the netns fixture makes a network namespace
 def test_run_argv_shape(netns, tmp_path):
     pid, _ = netns
     spec = ContainerSpec("localhost/some-image:1", cpus=1.5, memory="2G")
