@@ -129,7 +129,7 @@ def check_ports() -> Check:
 
 def check_podman() -> Check:
     """Jobs with `image:` run their ranks in podman containers: podman, its runtime here, the image."""
-    from pcnlab.workloads.containers import DEFAULT_IMAGE, choose_runtime, image_exists, podman_available
+    from pcnlab.workloads.containers import DEFAULT_IMAGE, choose_runtime, image_behind, image_exists, podman_available
 
     why_not = podman_available()
     if why_not is not None:
@@ -137,7 +137,10 @@ def check_podman() -> Check:
     runtime = choose_runtime()
     version = tool_output_line(["podman", "--version"])
     have_image = image_exists(DEFAULT_IMAGE)
-    image = f"default image {DEFAULT_IMAGE} " + ("present" if have_image else "absent: `make image`")
+    behind = image_behind(DEFAULT_IMAGE) if have_image else None
+    image = (behind if behind is not None else f"default image {DEFAULT_IMAGE} "
+             + ("present" if have_image else "absent: `make image`"))
+    have_image = have_image and behind is None
     return Check("podman", have_image, f"{version}; runtime {runtime.name} ({runtime.why}); {image}",
                  required=False)
 

@@ -20,7 +20,7 @@ for tool in podman debootstrap; do
 done
 PY=.venv/bin/python
 [ -x "$PY" ] || { say ".venv is missing: make deps"; exit 1; }
-eval "$("$PY" -m pcnlab.workloads.containers)"   # PODMAN_GLOBAL, PODMAN_ULIMITS, DEFAULT_IMAGE, BASE_IMAGE
+eval "$("$PY" -m pcnlab.workloads.containers)"   # PODMAN_*, DEFAULT_IMAGE, BASE_IMAGE, CODE_LABEL, CODE_DIGEST
 command -v "$PODMAN_RUNTIME" >/dev/null || { say "$PODMAN_RUNTIME is not installed ($PODMAN_WHY): make deps"; exit 1; }
 pod() { podman "${PODMAN_GLOBAL[@]}" "$@"; }
 say "podman runtime: $PODMAN_RUNTIME ($PODMAN_WHY)"
@@ -75,7 +75,7 @@ t2=$(date +%s)
 cp containers/Containerfile "$ctx/Containerfile"
 previous=$(pod image inspect --format '{{.Id}}' "$DEFAULT_IMAGE" 2>/dev/null || true)
 pod build --quiet --layers=false --network none --runtime "$PODMAN_RUNTIME" "${PODMAN_ULIMITS[@]}" \
-  --build-arg BASE="$BASE_IMAGE" -t "$DEFAULT_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$work/build.log" 2>&1 \
+  --build-arg BASE="$BASE_IMAGE" --label "$CODE_LABEL=$CODE_DIGEST" -t "$DEFAULT_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$work/build.log" 2>&1 \
   || { tail -15 "$work/build.log"; say "podman build failed (log above)"; exit 1; }
 current=$(pod image inspect --format '{{.Id}}' "$DEFAULT_IMAGE")
 if [ -n "$previous" ] && [ "$previous" != "$current" ]; then   # the previous build, now untagged

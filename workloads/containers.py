@@ -26,6 +26,11 @@ CGROUP_V2_MARKER = Path("/sys/fs/cgroup/cgroup.controllers")  # present only on 
 # container may ask no more, whatever the launching process has (runc: "error setting rlimit type 6").
 PODMAN_NPROC = 32768
 MIN_MEMORY_BYTES = 6 * 1024 * 1024                  # podman refuses less
+# What a rank in the default image runs of this checkout (the hook, its log, announcements): scripts/image.sh
+# labels the image with their digest, so an image built from other code is known (`image_behind`).
+IMAGE_CODE = ("pyproject.toml", "pcnlab", "workloads")
+CODE_LABEL = "pcnlab.code"
+CHECKOUT = Path(__file__).resolve().parents[1]
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
 _UNIT = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -191,6 +196,47 @@ def image_exists(image: str = DEFAULT_IMAGE) -> bool:
     return _podman("image", "exists", image).returncode == 0
 
 
+def code_digest(checkout: Path = CHECKOUT) -> str | None:
+    """sha256 of the IMAGE_CODE files of a git checkout (tracked and new, not ignored), or None outside one."""
+    import hashlib
+
+    try:
+        listed = subprocess.run(["git", "-C", str(checkout), "ls-files", "-co", "--exclude-standard", "-z", "--",
+                                 *IMAGE_CODE], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(n for n in listed.stdout.decode().split("\0") if n):
+        path = checkout / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def image_code(image: str = DEFAULT_IMAGE) -> str | None:
+    """The code digest `image` was labelled with when scripts/image.sh built it, or None."""
+    if shutil.which("podman") is None:
+        return None
+    inspected = _podman("image", "inspect", "--format", f'{{{{index .Labels "{CODE_LABEL}"}}}}', image)
+    label = inspected.stdout.strip() if inspected.returncode == 0 else ""
+    return label if label and label not in ("<no value>", "unknown") else None
+
+
+def image_behind(image: str = DEFAULT_IMAGE) -> str | None:
+    """Why `image` (built by scripts/image.sh, so labelled) holds other PCN Lab code than this checkout,
+    or None: it is current, carries no label (a user's own image), or this is no git checkout."""
+    built_from = image_code(image)
+    if built_from is None:
+        return None
+    here = code_digest()
+    if here is None or here == built_from:
+        return None
+    return (f"image {image} holds PCN Lab code other than this checkout's ({', '.join(IMAGE_CODE)} changed "
+            "since it was built): run `make image` again")
+
+
 def container_exists(name_or_id: str) -> bool:
     if shutil.which("podman") is None:
         return False
@@ -254,7 +300,8 @@ def shell_vars() -> str:
     arrays = {"PODMAN_GLOBAL": runtime.global_flags, "PODMAN_ULIMITS": runtime.run_flags}
     lines = [f"{k}=({' '.join(shlex.quote(f) for f in v)})" for k, v in arrays.items()]
     scalars = {"PODMAN_RUNTIME": runtime.name, "PODMAN_WHY": runtime.why,
-               "DEFAULT_IMAGE": DEFAULT_IMAGE, "BASE_IMAGE": BASE_IMAGE}
+               "DEFAULT_IMAGE": DEFAULT_IMAGE, "BASE_IMAGE": BASE_IMAGE, "CODE_LABEL": CODE_LABEL,
+               "CODE_DIGEST": code_digest() or "unknown"}
     return "\n".join(lines + [f"{k}={shlex.quote(v)}" for k, v in scalars.items()])
 
 

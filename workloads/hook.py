@@ -6,8 +6,18 @@ communication at the first gradient bucket DDP hands to its communication hook: 
 iteration's compute (DDP overlaps the rest of backward with the all-reduce); the communication ends
 when the last bucket's all-reduce has completed. Each iteration becomes one record of the testbed's
 per-iteration log schema (joblog.py) in the file the launcher names (PCNLAB_LOG, torchrun.py). The
-all-reduce is DDP's default one (allreduce_hook: sum, then divide by the world size), so the training
-is unchanged.
+all-reduce is DDP's default one (divide by the world size, then sum, as allreduce_hook), so the
+training is unchanged.
+
+A Python communication hook makes gloo's threads run Python: each bucket's completion callback (the
+`then` of its all-reduce future) and, just after it, the release of that callback, which takes the
+GIL. A rank that ends within a few milliseconds of its last all-reduce, its main thread holding the
+GIL, reaches interpreter shutdown first; the gloo thread then dies taking the GIL and the process
+aborts ("terminate called without an active exception"; a core dump showed the gloo thread in
+PythonFunctionGuard's release, the main thread in Py_FinalizeEx). Measured: 2 ranks' exits in about
+120 runs of examples/ddp_train_hooked.py in containers, 2 in 10 of a script that ends right after its
+last backward. So every callback is counted until released, and `drain` (at exit, while the
+interpreter is whole) waits, GIL released, until gloo holds none of them.
 
 In pcn-host runs (PCNLAB_PCN_START=1) the hook announces each iteration's gradients (PCN-START,
 announce.py) to the ring successor, where gloo's ring all-reduce sends them, one lead before the
@@ -38,6 +48,7 @@ class IterationHook:
         self.bytes = 0
         self.outstanding = 0
         self.last_seen = False
+        self.held = 0              # completion callbacks not yet released by gloo's threads
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -58,7 +69,7 @@ class IterationHook:
             self._timer.start()
 
     def comm_hook(self, _state, bucket):
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        import torch.distributed as dist
 
         with self._lock:
             if not self.comm_start:
@@ -68,10 +79,12 @@ class IterationHook:
             self.bytes += bucket.buffer().numel() * bucket.buffer().element_size()
             if bucket.is_last():
                 self.last_seen = True
-        future = allreduce_hook(None, bucket)
-        return future.then(self._done)
+            self.held += 1
+        future = dist.all_reduce(bucket.buffer().div_(self.world), async_op=True).get_future()
+        return future.then(_Completion(self))
 
-    def _done(self, future):
+    def done(self) -> None:
+        """One bucket's all-reduce completed (on a gloo thread); the last one ends the iteration."""
         with self._lock:
             self.outstanding -= 1
             if self.last_seen and self.outstanding == 0 and self.comm_start:
@@ -81,7 +94,32 @@ class IterationHook:
                                    bytes_recv=self.bytes, loss=None,
                                    **({"announce_ns": self.announcer.last_ns} if self.announcer else {}))
                 self.comm_start = 0
-        return future.value()
+
+    def released(self) -> None:
+        with self._lock:
+            self.held -= 1
+
+    def drain(self, timeout_s: float = 2.0) -> None:
+        """Wait (sleeping, so gloo's threads may take the GIL) until they hold none of the callbacks."""
+        deadline = time.monotonic() + timeout_s
+        while self.held > 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+
+class _Completion:
+    """A bucket's completion callback; its release (on whichever thread frees it) is counted."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: IterationHook):
+        self.hook = hook
+
+    def __call__(self, future):
+        self.hook.done()
+        return future.value()[0]
+
+    def __del__(self):
+        self.hook.released()
 
 
 def attach(model) -> IterationHook | None:
@@ -105,6 +143,7 @@ def attach(model) -> IterationHook | None:
                               sum(p.numel() * p.element_size() for p in model.parameters()),
                               float(os.environ.get("PCNLAB_PCN_LEAD_US") or 0))
     hook = IterationHook(log, world, announcer)
+    atexit.register(hook.drain)         # runs before log.close (atexit is last in, first out)
     model.register_forward_pre_hook(hook.on_forward)
     model.register_comm_hook(None, hook.comm_hook)
     return hook

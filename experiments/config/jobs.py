@@ -15,7 +15,7 @@ from pcnlab.experiments.config.convert import (convert, error, first_where, fmt,
 from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
 from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
 from pcnlab.experiments.yamlpos import Raw
-from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, image_exists, podman_available
+from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, image_behind, image_exists, podman_available
 from pcnlab.workloads.netutil import available_cc, kernel_has_cc
 
 
@@ -183,6 +183,9 @@ def _container(values: dict, present: dict[str, Raw], path: str) -> None:
         hint = "build it with `make image`" if values["image"] == DEFAULT_IMAGE else \
             f"build or load it here (podman images lists them; `make image` builds {DEFAULT_IMAGE})"
         raise error(where, f"{path}.image", f"image {values['image']} is not on this machine: {hint}")
+    behind = image_behind(values["image"])
+    if behind is not None:
+        raise error(where, f"{path}.image", behind)
 
 
 def _pattern(pattern: str | None, present: dict[str, Raw], path: str) -> None:
