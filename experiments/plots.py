@@ -16,7 +16,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from pcnlab.experiments import iterations as it  # noqa: E402
 from pcnlab.experiments import metrics as m  # noqa: E402
-from pcnlab.experiments.report import Report, dig  # noqa: E402
+from pcnlab.experiments.comparison import Report, dig  # noqa: E402
 from pcnlab.results import RunData  # noqa: E402
 
 CLASS_COLOURS = {"ddl": "tab:blue", "background": "tab:gray"}

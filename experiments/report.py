@@ -14,86 +14,22 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pcnlab.errors import UsageError
 from pcnlab.experiments import metrics as m
 from pcnlab.experiments import reference as references
+from pcnlab.experiments.comparison import HEADLINE, ITERATION_KEY, SCALING, Point, Report, dig
 from pcnlab.experiments.rundir import give_back
 from pcnlab.files import write_json
 from pcnlab.results import RunData, run_folders
-
-HEADLINE = (  # (metrics.json key path, title, format)
-    ("iterations.start_queue_pkts.mean", "start queue (pkts)", "{:.1f}"),
-    ("iterations.max_queue_pkts.mean", "max queue (pkts)", "{:.1f}"),
-    ("iterations.bct_ms.mean", "BCT (ms)", "{:.1f}"),
-    ("iterations.bct_over_ideal.mean", "BCT / ideal", "{:.2f}"),
-    ("iterations.ddl_mbps.mean", "DDL Mbit/s during iterations", "{:.2f}"),
-    ("throughput_mbps.background", "background Mbit/s", "{:.2f}"),
-    ("throughput_mbps.background_during_iterations", "background Mbit/s during iterations", "{:.2f}"),
-    ("queue_delay_us.ddl.mean", "DDL queueing delay (µs)", "{:.0f}"),
-    ("training.iteration_ms.mean", "iteration (ms)", "{:.1f}"),
-    ("training.iteration_ms.p50", "iteration p50 (ms)", "{:.1f}"),
-    ("training.iteration_ms.p99", "iteration p99 (ms)", "{:.1f}"),
-    ("training.iterations_per_s", "training throughput (it/s)", "{:.2f}"),
-    ("training.gradient_fraction", "gradient delivered", "{:.2%}"),
-    ("training.accuracy_final", "test accuracy", "{:.1%}"),
-    ("controller.iteration_coverage", "iteration coverage", "{:.0%}"),
-    ("controller.iteration_coverage_after_learning", "coverage after 5 iterations", "{:.0%}"),
-    ("controller.window_open_share", "window-open share", "{:.1%}"),
-    ("controller.k_pre_held_share", "K_pre held share", "{:.1%}"),
-)
-# Scaling factor ("Is Network the Bottleneck for Distributed Training?"): throughput with N workers over
-# N times one worker's, i.e. T_1 / T_N of iteration times; shown where a sweep has a 1-worker point.
-SCALING = ("scaling", "scaling (T1 / TN)", "{:.2f}")
-ITERATION_KEY = "training.iteration_ms.mean"
-
-
-def dig(data: dict, dotted: str):
-    """data["a"]["b"]["c"] for "a.b.c"; None where a part is missing."""
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
-
-
-@dataclass
-class Point:
-    """One sweep point: the runs counted in its means, and the runs left out with why."""
-
-    name: str
-    runs: list[RunData] = field(default_factory=list)
-    left_out: list[tuple[str, str]] = field(default_factory=list)    # (run name, why)
-    order: float = math.inf                                          # the experiment's run index
-    scaling: list = field(default_factory=list)                      # per run, T_1 / T_N (see SCALING)
-
-    def values(self, key: str) -> list:
-        if key == SCALING[0]:
-            return self.scaling
-        return [dig(r.metrics, key) for r in self.runs]
-
-    @property
-    def workers(self):
-        return self.runs[0].metrics.get("workers") if self.runs else None
-
-
-@dataclass
-class Report:
-    points: list[Point]
-    metrics: list[tuple[str, str, str]]        # the rows shown: HEADLINE keys some run has (+ SCALING)
-    cells: dict[str, dict[str, dict]]          # point -> metric key -> cell (see `cell`)
-    baseline: str | None = None
-    reference: references.Reference | None = None
-    include_untrusted: bool = False
-    notes: list[str] = field(default_factory=list)   # runs whose iteration count disagrees with the workers'
+from pcnlab.status import is_run_folder, status_of
 
 
 def _analysed(path: Path) -> RunData:
     """The run, analysed first when a finished run has no metrics.json yet."""
-    if (path / "status.json").exists() and not (path / "metrics.json").exists():
-        if json.loads((path / "status.json").read_text()).get("status") == "finished":
+    if is_run_folder(path) and not (path / "metrics.json").exists():
+        if status_of(path) == "finished":
             from pcnlab.experiments.analysis import analyse_run
 
             analyse_run(path, plots=False)
@@ -297,7 +233,7 @@ def write_report(folder: Path, report: Report) -> list[Path]:
 
 def sweep_folder(path: Path, paths: list[Path]) -> Path | None:
     """Where a report of `path` is written: the folder holding its runs, unless `path` is one run."""
-    if (Path(path) / "status.json").exists():
+    if is_run_folder(path):
         return None
     parents = {p.parent for p in paths}
     return parents.pop() if len(parents) == 1 else None

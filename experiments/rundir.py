@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pcnlab.files import write_json
 from pcnlab.ledger import RunLedger
+from pcnlab.status import write_status
 from pcnlab.toolchain import require_root
 
 
@@ -44,14 +43,6 @@ def give_back(*paths: Path) -> None:
                 pass
 
 
-def write_status(run_dir: Path, status: str, extra: dict | None = None) -> None:
-    """status.json: running -> finished | failed | aborted | killed; the fields already there are kept."""
-    path = Path(run_dir) / "status.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    previous.update({"status": status, **(extra or {})})
-    write_json(path, previous)
-
-
 @dataclass
 class RunFolder:
     path: Path
@@ -72,8 +63,7 @@ class RunFolder:
             latest.unlink(missing_ok=True)
             latest.symlink_to(stamp)
             owned.append(latest)
-        write_json(path / "status.json", {"status": "running", "started": time.time(), "host": platform.node(),
-                                          "kernel": platform.release()})
+        write_status(path, "running", {"started": time.time(), "host": platform.node(), "kernel": platform.release()})
         return cls(path, RunLedger(f"{experiment}-{stamp}-{run}-{os.getpid()}", path), tuple(owned))
 
     def finish(self, summary: dict) -> None:

@@ -54,7 +54,7 @@ def _cmd_slice(args) -> int:
 
 
 def _cmd_controller(args) -> int:
-    from pcnlab.controller.standalone import run_standalone
+    from pcnlab.standalone_controller import run_standalone
 
     run_standalone(Path(args.topology), args.mode, args.k, args.k_pre, Path(args.events) if args.events else None)
     return 0
@@ -110,7 +110,7 @@ def _cmd_report(args) -> int:
     if args.recompute:
         from pcnlab.experiments.analysis import analyse_run
         from pcnlab.experiments.fidelity import check_run
-        from pcnlab.experiments.rundir import write_status
+        from pcnlab.status import write_status
         from pcnlab.results import load_run, run_folders
 
         for folder in run_folders(Path(args.dir)):

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pcnlab.files import write_json
+from pcnlab.status import status_of, write_status
 
 DEFAULT_STATE_DIR = Path(os.environ.get("PCNLAB_STATE_DIR", "/run/pcnlab/runs"))
 
@@ -327,8 +328,6 @@ def is_running(pid: int, start: int | None) -> bool:
 def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
     """Clean every dead run; concurrent cleaners take turns, so each dead run is cleaned once, whole.
     A dead run still "running" in its status.json is marked "killed", with when it was found."""
-    from pcnlab.experiments.rundir import write_status  # the run folder's module owns status.json
-
     reports = []
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(state_dir / ".clean.lock", "w") as lock:
@@ -336,7 +335,7 @@ def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
         for entry, data in stale_ledgers(state_dir):
             if data is not None:
                 reports.append(clean_ledger(data, state_dir))
-                reports[-1].marked_killed = _status_of(Path(data.run_dir)) == "running"
+                reports[-1].marked_killed = status_of(data.run_dir) == "running"
                 if reports[-1].marked_killed:
                     write_status(Path(data.run_dir), "killed", {
                         "found_dead": time.time(),
@@ -345,9 +344,3 @@ def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
             entry.unlink(missing_ok=True)
     return reports
 
-
-def _status_of(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "status.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None

@@ -36,6 +36,7 @@ import yaml
 
 from pcnlab.errors import UsageError
 from pcnlab.jsonlines import read_json_lines
+from pcnlab.status import STATUS_FILE, is_run_folder, read_status
 
 CLOCK_WINDOW_US = 1_000_000   # the lower envelope is taken per second of switch time
 
@@ -113,7 +114,7 @@ class RunData:
 
     @cached_property
     def status(self) -> dict:
-        return self._json("status.json", {})
+        return read_status(self.path)
 
     @cached_property
     def metrics(self) -> dict:
@@ -269,11 +270,11 @@ def run_folders(path: Path | str) -> list[Path]:
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path} does not exist; give a results folder, e.g. results/smoke/latest")
-    if (path / "status.json").exists():
+    if is_run_folder(path):
         return [path]
     if (path / "latest").exists():
         path = path / "latest"
-    found = sorted(p.parent for p in path.glob("*/status.json"))
+    found = sorted(p.parent for p in path.glob(f"*/{STATUS_FILE}"))
     if not found:
         raise UsageError(f"no runs under {path}; give results/<experiment>/latest or a run folder")
     return found
@@ -281,7 +282,7 @@ def run_folders(path: Path | str) -> list[Path]:
 
 def load_run(path: Path | str) -> RunData:
     path = Path(path)
-    if not (path / "status.json").exists():
+    if not is_run_folder(path):
         raise UsageError(f"{path} is not a run folder (no status.json); give results/<experiment>/latest/<run>")
     return RunData(path)
 

@@ -17,10 +17,9 @@ run's logs carry the bytes TCP really moved. Each iteration record gets:
 from __future__ import annotations
 
 from pcnlab.workloads.codecs import ADAPTIVE
-from pcnlab.workloads.compression import parse_config_method
 from pcnlab.workloads.config import TrainConfig
 from pcnlab.workloads.gradsync import RingSync, ShardSync, WorkerSync
-from pcnlab.workloads.netsense import NetSensePolicy, Observation, rank_sizes
+from pcnlab.workloads.netsense import NetSensePolicy, Observation, job_ladder, rank_sizes
 from pcnlab.workloads.tcpsense import GlooSockets, sense
 
 
@@ -29,7 +28,7 @@ class RankCompression:
 
     def __init__(self, cfg: TrainConfig, shard_sizes: list[int]):
         self.cfg = cfg
-        self.ladder = parse_config_method(cfg.compression, cfg.compression_ratio)
+        self.ladder = job_ladder(cfg.compression, cfg.compression_ratio)
         self.shard_sizes = list(shard_sizes)
         self.level = 0
         self.sockets = GlooSockets(None, cfg.master_port)   # every TCP connection of this rank but the store's

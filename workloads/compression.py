@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads.codecs import ADAPTIVE, METHODS, SPARSE
+from pcnlab.workloads.codecs import METHODS, SPARSE
 
 CHUNK = 1024                 # values per scale (int8, sign)
 HEADER_BYTES = 8             # level, payload bytes: two little-endian int32
@@ -184,15 +184,3 @@ def unpack(message: torch.Tensor) -> tuple[int, torch.Tensor]:
 def capacity(ladder: tuple[Codec, ...], n: int) -> int:
     """The largest message of n values at any level of the ladder: the receive buffer's size."""
     return HEADER_BYTES + max(codec.wire_bytes(n) for codec in ladder)
-
-
-def parse_config_method(method: str, ratio: float) -> tuple[Codec, ...] | None:
-    """The codecs a job may use, its ladder (level i is ladder[i]); None for `none` (the plain,
-    uncompressed path of the workers) and for `adaptive` the policy's (netsense.LADDER)."""
-    if method == "none":
-        return None
-    if method == ADAPTIVE:
-        from pcnlab.workloads.netsense import LADDER
-
-        return LADDER
-    return (Codec(method, ratio if method in SPARSE else 1.0),)

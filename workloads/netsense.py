@@ -48,6 +48,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from pcnlab.workloads.codecs import ADAPTIVE, SPARSE
 from pcnlab.workloads.compression import HEADER_BYTES, Codec
 
 # The candidate levels, largest payload first (level 0 is no compression).
@@ -194,3 +195,13 @@ def rank_sizes(kind: str, ladder: tuple[Codec, ...], shard_sizes: list[int], wor
         else:
             out.append(2 * (world - 1) * sum(codec.wire_bytes(n) for n in shard_sizes))
     return out
+
+
+def job_ladder(method: str, ratio: float) -> tuple[Codec, ...] | None:
+    """The codecs a job may use, its ladder (level i is ladder[i]); None for `none` (the plain,
+    uncompressed path of the workers) and for `adaptive` this policy's LADDER."""
+    if method == "none":
+        return None
+    if method == ADAPTIVE:
+        return LADDER
+    return (Codec(method, ratio if method in SPARSE else 1.0),)
