@@ -30,7 +30,7 @@ LEARNING = 5  # as the analysis: a model's first iterations are left out of "aft
 
 def replay_run(run: Path, switch: str, port: int, rate_pps: float, write_us: int) -> dict:
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
-    reports = [BurstReport(e["switch"], e["port"], e["job"], e["t_us"], e.get("queue_pkts", 0))
+    reports = [BurstReport(e["switch"], e["port"], e["job"], e["t_us"], e.get("queue_pkts", 0), e.get("idle_us"))
                for e in events if e.get("type") == "report" and e.get("switch") == switch]
     core = WindowScheduler(planner=WindowPlanner(PlannerConfig(rate_pps=rate_pps)))
     result = replay(reports, core, write_latency_us=write_us)

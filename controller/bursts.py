@@ -18,13 +18,15 @@ class BurstKey(NamedTuple):
 @dataclass(frozen=True)
 class BurstReport:
     """A burst start as the switch reported it (its digest): the first DDL packet of `job` towards `port`
-    after an idle gap longer than G, at `t_us` in the switch's clock, meeting `queue_pkts` packets queued."""
+    after an idle gap longer than G (`idle_us` long; None where not known), at `t_us` in the switch's clock,
+    meeting `queue_pkts` packets queued."""
 
     switch: str
     port: int
     job: int
     t_us: int
     queue_pkts: int = 0
+    idle_us: int | None = None
 
     @property
     def key(self) -> BurstKey:

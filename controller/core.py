@@ -42,7 +42,7 @@ class WindowScheduler:
         key, t = report.key, report.t_us
         segmenter = self._segments.setdefault(key, IterationSegmenter())
         rhythm = self.bank.forecast(key, t)
-        if not segmenter.starts_iteration(t):
+        if not segmenter.starts_iteration(t, report.idle_us):
             # A short gap, but right where a confident rhythm expects its next start: a start after all
             # (back to back, the last flight of one iteration can come just before the next begins).
             in_slot = (rhythm is not None and rhythm.confident
@@ -69,6 +69,12 @@ class WindowScheduler:
         observation = replace(observation, prediction=prediction, model=model, forecasts=forecasts,
                               **self._judged(issued, t))
         return observation, changes + self.planner.expire(report.switch, t)
+
+    def iteration_gap_us(self, key: BurstKey) -> int | None:
+        """The silence above which the key's reports start iterations, as learned so far (segments.py);
+        None while its gaps form one group (every report starts one)."""
+        segmenter = self._segments.get(key)
+        return round(segmenter.threshold_us) if segmenter and segmenter.threshold_us is not None else None
 
     @staticmethod
     def _judged(issued: Prediction | None, t_us: int) -> dict:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import finsy as fy
 
+from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.errors import UsageError
 
 MODES = ("droptail", "ecn", "pcn", "pcn-host")
@@ -64,7 +65,8 @@ class PortMode:
 class FlowClass:
     """Packets matching these fields belong to DDL job `job` (None fields match anything). The job's
     bursts are told apart in the switch by G (`burst_gap_us`: a data packet after this much silence
-    starts one) and by `burst_min_payload` (smaller packets, e.g. pure ACKs, never start one)."""
+    starts one; None: REPORT_GAP_US, and the controller learns which gaps separate iterations,
+    segments.py) and by `burst_min_payload` (smaller packets, e.g. pure ACKs, never start one)."""
 
     job: int
     src: str | None = None           # an address or prefix, e.g. 10.0.0.2 or 10.0.0.0/24
@@ -73,13 +75,13 @@ class FlowClass:
     sport: tuple[int, int] | None = None  # inclusive port range
     dport: tuple[int, int] | None = None
     priority: int = 10
-    burst_gap_us: int = 10_000
+    burst_gap_us: int | None = None
     burst_min_payload: int = 64      # bytes of L4 payload
 
     def __post_init__(self):
         if not 1 <= self.job <= MAX_JOB_ID:
             raise UsageError(f"DDL job ids run from 1 to {MAX_JOB_ID}, not {self.job}")
-        if not 0 < self.burst_gap_us <= MAX_BURST_GAP_US:
+        if self.burst_gap_us is not None and not 0 < self.burst_gap_us <= MAX_BURST_GAP_US:
             raise UsageError(f"job {self.job}: burst_gap_us must be between 1 and {MAX_BURST_GAP_US}")
         if not 1 <= self.burst_min_payload <= MAX_PAYLOAD:
             raise UsageError(f"job {self.job}: burst_min_payload must be between 1 and {MAX_PAYLOAD} bytes")
@@ -92,7 +94,7 @@ class FlowClass:
                 and self.sport is None and self.dport is None)
 
     def entry(self) -> fy.P4TableEntry:
-        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.burst_gap_us,
+        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.burst_gap_us or REPORT_GAP_US,
                                   burst_min_payload=self.burst_min_payload)
         if self.is_pair:
             src, dst = (str(ipaddress.ip_network(v, strict=False).network_address) for v in (self.src, self.dst))
@@ -167,10 +169,11 @@ class BurstStart:
     job: int
     ts_us: int
     queue_pkts: int  # queue the burst met (left behind by the port's last departure)
+    idle_us: int     # the job's silence towards the port before it (since the switch started, for the first)
 
     @classmethod
     def from_digest(cls, data: dict) -> "BurstStart":
-        return cls(int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]))
+        return cls(int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]), int(data["idle"]))
 
 
 PORT_COUNTERS = {

@@ -101,11 +101,12 @@ class PcnScheduler:
     # --- reports in, windows out ----------------------------------------------------------------
 
     def on_burst(self, switch: str, burst: BurstStart) -> None:
-        report = BurstReport(switch, burst.port, burst.job, burst.ts_us, burst.queue_pkts)
+        report = BurstReport(switch, burst.port, burst.job, burst.ts_us, burst.queue_pkts, burst.idle_us)
         covered = self.core.planner.covering(report.key, report.t_us)
         observation, changes = self.core.on_report(report)
         self.events.write("report", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
-                          queue_pkts=burst.queue_pkts, kind=observation.kind, covered=bool(covered))
+                          queue_pkts=burst.queue_pkts, kind=observation.kind, covered=bool(covered),
+                          idle_us=burst.idle_us, gap_us=self.core.iteration_gap_us(report.key))
         if observation.predicted_us is not None:
             self.events.write("actual", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                               predicted_us=observation.predicted_us, error_us=observation.error_us,

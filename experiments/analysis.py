@@ -10,12 +10,12 @@ them, so they are evidence about detection, not the paper's metrics.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from pcnlab.controller.segments import iteration_gap_us
 from pcnlab.experiments import iterations as it
 from pcnlab.experiments import metrics as m
 from pcnlab.experiments.network_iterations import NETWORK, printed_iterations
@@ -153,14 +153,17 @@ def queue_metrics(at: pd.DataFrame, table: pd.DataFrame, every: int) -> dict:
 
 
 def switch_bursts(at: pd.DataFrame, jobs: dict[int, dict]) -> dict:
-    """What the switch would call bursts at this port: each job's data packets split at its G."""
+    """What the switch would call bursts at this port: each job's data packets split at its G (configured,
+    or learned from the gaps as the controller learns it: segments.iteration_gap_us)."""
     data = at[(at["class"] == "ddl") & at["data"]]
-    bursts = []
+    bursts, gaps = [], {}
     for job, rows in data.groupby("job"):
-        gap = int((jobs.get(int(job)) or {}).get("burst_gap_us") or 10_000)
+        gap, source = iteration_gap_us(np.sort(rows["ingress_us"].to_numpy()),
+                                       (jobs.get(int(job)) or {}).get("burst_gap_us"))
+        gaps[str(int(job))] = {"us": gap, "source": source}
         bursts += m.bursts_from_queue_log(rows, gap)
     return {"count": len(bursts), "start_queue_pkts": stats([b.start_queue for b in bursts]),
-            "bct_ms": stats([b.bct_us / 1000 for b in bursts])}
+            "bct_ms": stats([b.bct_us / 1000 for b in bursts]), "burst_gap": gaps}
 
 
 def job_iterations(run: RunData) -> dict:

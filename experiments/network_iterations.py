@@ -1,7 +1,8 @@
 """Iterations of a job that logs none (a user's own program, `kind: torchrun`, without the hook), found
 in the network as the data plane finds bursts: the job's data packets, each rank's at the switch it is
 attached to, with a new iteration at a packet of at least `burst_min_payload` bytes after more than G
-(`burst_gap_us`) of the whole job's silence. So one iteration number means one moment for every rank
+(`burst_gap_us`, or where the job leaves it out, the G learned from the job's gaps as the controller
+learns it: segments.iteration_gap_us) of the whole job's silence. So one iteration number means one moment for every rank
 (an all-reduce, or gradients and the PS's answer, are one iteration). Exchanges far smaller than the
 job's typical one (under SMALL_SHARE of the median: the rendezvous store's messages) are not
 iterations. Each rank's part of an iteration becomes a row of the workers' iteration schema (comm
@@ -22,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pcnlab.controller.segments import iteration_gap_us
+
 NETWORK = "network"
 SMALL_SHARE = 0.1   # an exchange under this share of the median one is not an iteration
 
@@ -36,7 +39,6 @@ def network_iterations(queue: pd.DataFrame, network: dict, job_id: int, job: dic
     """One iteration row per (iteration, rank that sent in it), ranks in the order of the job's workers."""
     if queue.empty or "src" not in queue:
         return pd.DataFrame()
-    gap_ns = int(job.get("burst_gap_us") or 10_000) * 1000
     min_payload = int(job.get("burst_min_payload") or 0)
     at = attached_switch(network)
     ranks = {host: rank for rank, host in enumerate(job.get("workers") or ())}
@@ -45,7 +47,9 @@ def network_iterations(queue: pd.DataFrame, network: dict, job_id: int, job: dic
     sent = ddl[ddl["switch"].to_numpy() == ddl["src"].map(at).to_numpy()].sort_values("ingress_ns")
     if sent.empty:
         return pd.DataFrame()
-    cluster = np.cumsum(np.diff(sent["ingress_ns"].to_numpy(), prepend=-np.inf) > gap_ns) - 1
+    ingress_ns = sent["ingress_ns"].to_numpy()
+    gap_us, _ = iteration_gap_us(ingress_ns // 1000, job.get("burst_gap_us"))
+    cluster = np.cumsum(np.diff(ingress_ns, prepend=-np.inf) > gap_us * 1000) - 1
     sent = sent.assign(cluster=cluster)
     size = sent.groupby("cluster")["payload_bytes"].sum()
     kept = size[size >= SMALL_SHARE * size.median()].index

@@ -100,6 +100,8 @@ struct burst_digest_t {
     bit<8>    job;
     time_us_t ts;
     bit<32>   queue;       /* packets left behind by the last departure from that port's queue */
+    time_us_t idle;        /* the job's silence towards that port before this packet (> G): the gap the
+                            * controller learns iteration gaps from (controller/segments.py) */
 }
 
 struct headers_t {

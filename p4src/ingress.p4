@@ -104,7 +104,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     meta.burst_start = 1;
                     bit<32> queue;
                     port_queue_left.read(queue, port);
-                    digest<burst_digest_t>(1, {(bit<16>)std.egress_spec, meta.job, now, queue});
+                    digest<burst_digest_t>(1, {(bit<16>)std.egress_spec, meta.job, now, queue, now - last});
                     if (pending == 1) {  /* pcn-host: the announced burst has arrived */
                         announced.write(idx, 0);
                         announced_jobs.write(port, jobs - 1);

@@ -113,7 +113,7 @@ class JobConfig:
     jitter_ms: float = default("jobs", "jitter_ms")
     pcn_start: bool = False                                 # the file's auto: resolved per run (pcn-host)
     pcn_start_lead_us: float = default("jobs", "pcn_start_lead_us")
-    burst_gap_us: int = default("jobs", "burst_gap_us")
+    burst_gap_us: int | None = default("jobs", "burst_gap_us")
     burst_min_payload: int = default("jobs", "burst_min_payload")
     cc: str = default("jobs", "cc")
     ecn: bool = default("jobs", "ecn")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from pcnlab.controller.dataplane import (K_PRE_MODES, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
                                          MAX_TELEMETRY_EVERY, MODES)
+from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.experiments.reference import REFERENCES
 from pcnlab.topologies.network import SWITCH_KINDS
 from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
@@ -277,8 +278,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "communication); auto: on in pcn-host runs only"),
         Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: two smoothed RTTs)",
             unit="us", min=0, max=MAX_BURST_GAP_US),
-        Key("burst_gap_us", "int", 10_000, "G: a data packet of the job after this much silence on a switch "
-            "port starts a burst there (burst digests, every mode)", unit="us", min=1, max=MAX_BURST_GAP_US),
+        Key("burst_gap_us", "int", None, "G: a data packet of the job after this much silence on a switch "
+            "port starts a burst there (burst digests, every mode); null: the switch reports bursts after "
+            f"{REPORT_GAP_US // 1000} ms of silence and the controller and the analysis learn which silences "
+            "separate iterations (controller/segments.py)", unit="us", min=1, max=MAX_BURST_GAP_US,
+            nullable=True, default_doc="learned"),
         Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
             "never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
         Key("cc", "choice", "cubic", "TCP congestion control; one this kernel lacks is refused (dctcp is not "

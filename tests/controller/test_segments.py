@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from burst_traces import T0, lattice, with_sub_bursts
-from pcnlab.controller.segments import IterationSegmenter, SegmenterConfig, split_gap
+from pcnlab.controller.segments import (REPORT_GAP_US, IterationSegmenter, SegmenterConfig, iteration_gap_us,
+                                       split_gap)
 
 
 def test_two_groups_of_gaps_split_between_them():
@@ -54,3 +55,75 @@ def test_long_pauses_that_stop_recurring_do_not_make_every_iteration_a_sub_burst
     missed = verdicts.count(False)
     assert missed <= SegmenterConfig().min_gaps, verdicts
     assert all(verdicts[-30:])
+
+
+def packets(rng, iterations, flights, flight_gap_us, compute_us, setup_pauses=()):
+    """A job's data packet times (µs): `setup_pauses` first, then per iteration `flights` flights of 10
+    packets 0.6 ms apart, separated by `flight_gap_us` (a (low, high) range), then the compute gap."""
+    t, times = T0, []
+    for pause in setup_pauses:
+        times.append(t)
+        t += pause
+    for _ in range(iterations):
+        for f in range(flights):
+            times += [t + 600 * i for i in range(10)]
+            t += 6_000 + (int(rng.uniform(*flight_gap_us)) if f < flights - 1 else compute_us + int(rng.uniform(0, 30_000)))
+    return times
+
+
+def test_g_is_learned_between_the_flights_and_the_compute_gap():
+    # TCP's flights of one iteration 15-35 ms apart, 150-180 ms of compute between iterations.
+    times = packets(random.Random(1), 60, 3, (15_000, 35_000), 150_000)
+    gap, source = iteration_gap_us(times)
+    assert source == "learned" and 41_000 < gap < 156_000, gap
+    assert iteration_gap_us(times, configured=50_000) == (50_000, "configured")
+
+
+def test_g_stays_at_the_report_gap_when_no_silence_inside_an_iteration_reaches_it():
+    # gloo's steps a few ms apart: every report the switch makes at REPORT_GAP_US is an iteration.
+    times = packets(random.Random(2), 60, 4, (1_000, 3_000), 150_000)
+    assert iteration_gap_us(times) == (REPORT_GAP_US, "learned")
+
+
+def test_setup_pauses_before_steady_iterations_do_not_become_the_learned_g():
+    # A ring's setup (2.6 s, 2.5 s, 0.45 s) then iterations without sub-bursts: a G above the iteration
+    # gap would merge every iteration into one.
+    times = packets(random.Random(4), 60, 1, (0, 0), 300_000, setup_pauses=(2_600_000, 2_500_000, 450_000))
+    gap, _ = iteration_gap_us(times)
+    assert gap < 300_000, gap
+
+
+def test_the_controller_and_the_analysis_learn_one_g_from_the_same_reports():
+    from burst_traces import reports
+
+    from pcnlab.controller.bursts import BurstKey
+    from pcnlab.controller.core import WindowScheduler, replay
+    from pcnlab.controller.segments import learned_gap_us
+
+    rng = random.Random(6)
+    times = with_sub_bursts(rng, lattice(rng, 50, 400_000, 0.05))
+    core = WindowScheduler()
+    replay(reports(times), core)
+    live = core.iteration_gap_us(BurstKey("s1", 2, 1))
+    assert 25_000 < live < 300_000 and live == round(learned_gap_us((t, None) for t in times))
+
+
+def test_the_silence_the_switch_reports_tells_a_late_workers_part_from_an_iteration():
+    # Measured shape (a 4-worker generator, 400 ms period, through a leaf-spine, G 10 ms): the first
+    # workers' flights 15-30 ms apart, the last worker's part 70-140 ms after the start (after 30-60 ms of
+    # silence), then 200+ ms of silence. Start to start, the late part looks like an iteration.
+    rng = random.Random(8)
+    t, trace, truth = T0, [], []
+    for _ in range(60):
+        start = t
+        trace.append((start, 400_000 - 130_000)); truth.append(True)
+        trace.append((start + rng.randint(15_000, 30_000), rng.randint(11_000, 16_000))); truth.append(False)
+        late = start + rng.randint(70_000, 140_000)
+        trace.append((late, rng.randint(30_000, 60_000))); truth.append(False)
+        trace.append((late + rng.randint(15_000, 25_000), rng.randint(11_000, 14_000))); truth.append(False)
+        t += 400_000 + rng.randint(-20_000, 20_000)
+    by_silence, by_time = IterationSegmenter(), IterationSegmenter()
+    silence = [by_silence.starts_iteration(t, idle) for t, idle in trace]
+    time_only = [by_time.starts_iteration(t) for t, _ in trace]
+    assert silence[20:] == truth[20:]
+    assert sum(a != b for a, b in zip(time_only[20:], truth[20:])) >= 10   # what the idle time mends

@@ -109,7 +109,7 @@ def test_every_default_is_resolved(tmp_path):
         ("bmv2", False, False, False)
     assert run.mode.kind == "droptail" and (run.mode.K, run.mode.K_pre) == (40, 10)
     assert run.mode.lead_us == "auto" and run.mode.guard_us == 1000
-    assert run.jobs[0].burst_gap_us == 10_000 and run.jobs[0].burst_min_payload == 64
+    assert run.jobs[0].burst_gap_us is None and run.jobs[0].burst_min_payload == 64
     assert run.telemetry.every == 1
     job = run.jobs[0]
     assert (job.id, job.name, job.pattern, job.ps, job.workers) == (1, "job1", "ps", ("h1",), ("h2", "h3"))
@@ -126,7 +126,7 @@ def test_every_default_is_resolved(tmp_path):
             for i, v in enumerate(value):
                 no_none_but_rate(v, f"{path}.{i}")
         else:
-            assert value is not None or path.endswith((".rate", ".every", ".reference")), path
+            assert value is not None or path.endswith((".rate", ".every", ".reference", ".burst_gap_us")), path
     no_none_but_rate(run.to_dict())
 
 

@@ -1,6 +1,6 @@
 """A user's own training script as a job (kind torchrun) through a congested BMv2 port: the unmodified
-DDP example, which logs nothing of ours, trains, and the iterations the network shows equal the steps it
-prints; with the one-line hook, every per-iteration metric of the built-in workloads is there; in
+DDP example, which logs nothing of ours, trains, and the iterations the network shows (at a G learned
+from the job's gaps: no burst_gap_us) equal the steps it prints; with the one-line hook, every per-iteration metric of the built-in workloads is there; in
 containers (image:), the same training, and no container left after the run."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, needs_bmv2, run_experiment
+from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.workloads.containers import container_exists
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
@@ -27,8 +28,7 @@ jobs:
     kind: torchrun
     workers: [h1, h2, h3]
     argv: [{script}, --steps, {steps}, --compute-ms, 100]
-    iteration_regex: '^step [0-9]+'
-    burst_gap_us: 50000{image}
+    iteration_regex: '^step [0-9]+'{image}
 background:
   - {{src: h4, dst: h1, cc: cubic, ecn: true}}
 duration_s: 40
@@ -56,6 +56,9 @@ def test_the_unmodified_script_trains_and_the_network_finds_its_iterations(bare)
     found = metrics["job_iterations"]["ddp"]
     # DDP broadcasts the parameters once before the first step: at most one more than printed.
     assert found["source"] == "network" and found["printed"] == STEPS and found["consistent"], found
+    # No burst_gap_us: G learned from the job's gaps, between the switch's report gap and the compute gap.
+    gap = metrics["switch_bursts"]["burst_gap"]["1"]
+    assert gap["source"] == "learned" and REPORT_GAP_US <= gap["us"] < 100_000, gap
     table = pd.read_csv(run / "iterations.csv")
     assert (metrics["bottleneck"]["switch"], metrics["bottleneck"]["port"]) == ("s1", 1)   # h1's congested port
     assert abs(len(table) - STEPS) <= 1 and table["start_queue"].mean() > 5       # a queue stood there
