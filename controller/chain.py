@@ -157,8 +157,9 @@ class ChainModels:
             # A rhythm's error is at most half a period: farther, it predicted another slot.
             err = max(min(t - rhythm_predicted_us, period / 2), -period / 2)
             self._score(key, RHYTHM, err)
+        min_lag = max(cfg.min_lag_us, cfg.min_lag_share * period)
+        self._drop_short_lags(key, min_lag)
         if since is not None and since < t:
-            min_lag = max(cfg.min_lag_us, cfg.min_lag_share * period)
             for cause, at in self._causes(key, since, t - min_lag).items():
                 pair = self._pairs.setdefault((key, cause), _Pair(cfg))
                 predicted = pair.predict(at)
@@ -167,6 +168,18 @@ class ChainModels:
                 pair.lags.append(t - at)
         starts.append(t)
         self._choose(key)
+
+    def _drop_short_lags(self, key: BurstKey, min_lag: float) -> None:
+        """Forget the pairs whose lag no longer gives notice: learned while the key's period was shorter
+        (measured: a ring port whose first reports, before the segmenter had learned its gaps, were
+        its steps 20 ms apart kept a 16 ms lag from its neighbour, chosen, and every window came too late
+        once the period was 330 ms: coverage 0 %)."""
+        for pair_key in [pk for pk, pair in self._pairs.items()
+                         if pk[0] == key and pair.lags and _median(pair.lags) < min_lag]:
+            del self._pairs[pair_key]
+            self._errors.pop(pair_key, None)
+            if self._chosen.get(key) == pair_key[1]:
+                del self._chosen[key]
 
     def _score(self, key: BurstKey, model: str, error: float) -> None:
         self._errors.setdefault((key, model), deque(maxlen=self.config.errors)).append(error)

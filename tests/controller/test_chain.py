@@ -111,3 +111,22 @@ def test_reach_is_symmetric_when_narrow_and_the_densest_part_when_wide():
     assert covered >= 0.8  # a symmetric window of the same length centred on the forecast: about half
     centred = sum(-300_000 <= d <= 300_000 for d in fresh) / len(fresh)
     assert covered > centred + 0.2
+
+
+def test_a_lag_learned_while_the_period_was_short_is_forgotten_when_it_gives_no_notice():
+    """A ring port's first starts, before the segmenter knew its gaps, were its steps 20 ms apart, and its
+    neighbour's start 16 ms before each was a cause then; once the period is 330 ms that lag gives no time
+    for a window (measured: chosen, every window late, coverage 0 %)."""
+    models = ChainModels()
+    target, neighbour = BurstKey("s1", 1, 1), BurstKey("s1", 4, 1)
+    t = T0
+    for _ in range(10):
+        models.observe_start(BurstReport("s1", neighbour.port, 1, t - 16_000, 0), None)
+        models.observe_start(BurstReport("s1", target.port, 1, t, 0), None)
+        t += 20_000
+    assert models.chosen(target) != RHYTHM
+    for _ in range(12):
+        t += 330_000
+        models.observe_start(BurstReport("s1", neighbour.port, 1, t - 16_000, 0), None)
+        models.observe_start(BurstReport("s1", target.port, 1, t, 0), None)
+    assert models.chosen(target) == RHYTHM and models.errors(target, FIRST) == []
