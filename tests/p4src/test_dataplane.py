@@ -276,6 +276,10 @@ def test_burst_start_digest_reports_the_queue_the_burst_met(rig):
     assert second.queue_pkts <= 2 and starts[1]["enq_qdepth"] <= 2
     assert abs(first.ts_us - starts[0]["ingress_us"]) == 0
     assert second.ts_us - first.ts_us > 100_000
+    # It says how long the job was silent towards the port before it (the controller learns G from it).
+    ddl = [r for r in _port_records(records, rig) if r["class"] == "ddl"]
+    before = max(r["ingress_us"] for r in ddl if r["ingress_us"] < starts[1]["ingress_us"])
+    assert second.idle_us == starts[1]["ingress_us"] - before and second.idle_us > 50_000   # the rig's G
 
 
 def test_telemetry_follows_the_queue_and_numbers_its_records(rig):
