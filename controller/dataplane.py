@@ -13,6 +13,7 @@ from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.errors import UsageError
 
 MODES = ("droptail", "ecn", "pcn", "pcn-host")
+K, K_PRE = 40, 10   # the default thresholds (packets): ECN marking, and background's while a burst is expected
 K_PRE_MODES = ("pcn", "pcn-host")   # the modes with a lower threshold K_pre for background (the others ignore it)
 MAX_PORTS = 64          # as in p4src/headers.p4
 MAX_JOBS = 16           # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)
@@ -36,8 +37,8 @@ class PortMode:
     """How one egress port treats its queue. k and k_pre are queue depths in packets."""
 
     mode: str = "droptail"
-    k: int = 40
-    k_pre: int = 10
+    k: int = K
+    k_pre: int = K_PRE
     drop_non_ect: bool = False  # pcn: drop background non-ECT packets above k_pre inside a window
     hold_us: int = 100_000      # pcn-host: an announcement holds K_pre for at most this long
 

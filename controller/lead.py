@@ -15,10 +15,12 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from pcnlab.controller.dataplane import K_PRE
+
 
 @dataclass(frozen=True)
 class LeadConfig:
-    k_pre: int = 10
+    k_pre: int = K_PRE
     rtt_us: int = 1000            # the base RTT (no queue) of the background senders
     grow: float = 1.5             # a covered start above K_pre: the lead was too short
     shrink: float = 0.9           # a covered start at or below K_pre: try a little less

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from pcnlab.controller.dataplane import K_PRE
 from pcnlab.controller.lead import LeadConfig, LeadTracker
 from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
 
@@ -66,7 +67,7 @@ def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: flo
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    k_pre: int = 10               # a port whose standing queue is no deeper needs no window
+    k_pre: int = K_PRE            # a port whose standing queue is no deeper needs no window
     guard_us: int = 1000          # at least this long after the predicted start
     spread: float = 2.0           # windows reach spread x the predicted jitter either side (bench: coverage/cost)
     lead_us: int | None = None    # a fixed lead; None: learned per key (lead.py)

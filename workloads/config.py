@@ -18,6 +18,10 @@ T = TypeVar("T")
 TRAIN_KINDS = ("ps", "ring")
 BURST_PATTERNS = ("ps", "ring")
 TRANSPORTS = ("tcp", "ltp")
+# Defaults every layer takes from here (the YAML schema, JobSpec, the processes' configs):
+BURST_BYTES = 250_000        # B: what each worker of the generator sends per iteration
+LTP_DEADLINE_MS = 500.0      # ltp: an iteration closes at the latest this long after its first datagram
+LTP_THETA_MIN = 0.8          # ltp: Early Close never takes less than this share of a worker's gradient
 
 
 @dataclass
@@ -50,8 +54,8 @@ class TrainConfig:
     pcn_lead_us: float = 0.0         # the lead; 0 = two smoothed RTTs of gloo's connection there
     transport: str = "tcp"           # ps: gradients over gloo's TCP (tcp) or LTP datagrams (ltp: workloads/ltp)
     ltp_port: int = 0                # ltp: shard s listens on UDP ltp_port + s (0: master_port + 1)
-    ltp_deadline_ms: float = 500.0   # ltp: an iteration closes at the latest this long after its first datagram
-    ltp_theta_min: float = 0.8       # ltp: Early Close never takes less than this share of a worker's gradient
+    ltp_deadline_ms: float = LTP_DEADLINE_MS
+    ltp_theta_min: float = LTP_THETA_MIN
     compression: str = "none"        # compression.CHOICES: none | topk | randk | int8 | sign | adaptive (netsense.py)
     compression_ratio: float = 0.01  # topk, randk: the share of values kept
     job: str = "job"
@@ -72,7 +76,7 @@ class BurstConfig:
     ps_addr: str = "127.0.0.1"
     port: int = 5600                 # TCP data port (the PS's, or every ring worker's); UDP for PCN-START
     peers: str = ""                  # ring: the workers' addresses in rank order, comma-separated
-    burst_bytes: int = 1_000_000     # B: what each worker sends per iteration
+    burst_bytes: int = BURST_BYTES
     reply_bytes: int = -1            # what the PS answers each worker (-1: burst_bytes)
     iterations: int = 10
     period_ms: float = 0.0           # bursts start every period (0: back to back after the compute gap)
@@ -83,8 +87,8 @@ class BurstConfig:
     pcn_lead_us: float = 0.0         # the lead; 0 = two of the connection's smoothed RTTs
     transport: str = "tcp"           # ps pattern: bursts over TCP, or LTP datagrams (ltp; answers stay on TCP)
     ltp_port: int = 0                # ltp: the PS's UDP port (0: port + 1)
-    ltp_deadline_ms: float = 500.0
-    ltp_theta_min: float = 0.8
+    ltp_deadline_ms: float = LTP_DEADLINE_MS
+    ltp_theta_min: float = LTP_THETA_MIN
     seed: int = 0
     timeout_s: float = 60.0
     log: str = "rank.jsonl"

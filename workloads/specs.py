@@ -13,7 +13,7 @@ from typing import Sequence
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
 from pcnlab.workloads.codecs import DEFAULT_RATIO, check_compression
-from pcnlab.workloads.config import BURST_PATTERNS, TRANSPORTS
+from pcnlab.workloads.config import BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRANSPORTS
 from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
@@ -48,7 +48,7 @@ class JobSpec:
     dump_tensors: bool = False       # write every iteration's tensors to jobs/<job>/tensors (small models)
     # the burst generator
     pattern: str = "ps"
-    burst_bytes: int = 1_000_000
+    burst_bytes: int = BURST_BYTES
     reply_bytes: int | None = None   # None: burst_bytes
     period_ms: float = 0.0
     jitter_ms: float = 0.0
@@ -62,8 +62,8 @@ class JobSpec:
     ecn: bool | None = None          # per host (network namespace); None: leave the host as it is
     port: int = 0                    # 0: chosen by the launcher
     transport: str = "tcp"           # ps jobs, ps-pattern generators: gradients (bursts) over tcp or ltp
-    ltp_deadline_ms: float = 500.0   # ltp: the PS closes an iteration this long after its first datagram
-    ltp_theta_min: float = 0.8       # ltp: the lowest loss-tolerant threshold (workloads/ltp/earlyclose.py)
+    ltp_deadline_ms: float = LTP_DEADLINE_MS   # ltp: the PS closes an iteration this long after its first datagram
+    ltp_theta_min: float = LTP_THETA_MIN       # ltp: the lowest loss-tolerant threshold (workloads/ltp/earlyclose.py)
     seed: int = 0
     timeout_s: float = 120.0         # the processes' own rendezvous / connect timeout
     # torchrun: the program and its arguments, and variables added to its environment

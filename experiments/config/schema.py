@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from pcnlab.controller.dataplane import (K_PRE_MODES, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
+from pcnlab.controller.dataplane import (K, K_PRE, K_PRE_MODES, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
                                          MAX_TELEMETRY_EVERY, MODES)
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.experiments.reference import REFERENCES
@@ -24,7 +24,8 @@ from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
 from pcnlab.workloads.codecs import CHOICES as COMPRESSIONS
 from pcnlab.workloads.codecs import DEFAULT_RATIO
-from pcnlab.workloads.config import BURST_PATTERNS, TRAIN_KINDS, TRANSPORTS
+from pcnlab.workloads.config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
+                                     TRANSPORTS)
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
 
 if TYPE_CHECKING:
@@ -195,9 +196,9 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "
             "predicted pre-drain windows with K_pre; pcn-host: the paper's host-announced counter",
             choices=MODES, what="mode"),
-        Key("K", "int", 40, "ECN marking threshold (ecn, pcn, pcn-host); at most topology.queue",
+        Key("K", "int", K, "ECN marking threshold (ecn, pcn, pcn-host); at most topology.queue",
             unit="packets", min=1, max=MAX_QDEPTH),
-        Key("K_pre", "int", 10, f"threshold for background traffic while a burst is expected "
+        Key("K_pre", "int", K_PRE, f"threshold for background traffic while a burst is expected "
             f"({', '.join(K_PRE_MODES)}); at most K", unit="packets", min=0, max=MAX_QDEPTH),
         Key("lead_us", "lead", "auto", "pcn: how long before the predicted iteration start the window opens; "
             "auto: learned per port (first 2 x the standing queue / port rate + an RTT, then longer while "
@@ -265,7 +266,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             above=0, max=1, applies=TRAIN_KINDS),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, max=1024, applies=("ring",)),
-        Key("burst_bytes", "int", 250_000, "B: what each worker sends per iteration", unit="bytes", min=1,
+        Key("burst_bytes", "int", BURST_BYTES, "B: what each worker sends per iteration", unit="bytes", min=1,
             max=MAX_BYTES, applies=("generator",)),
         Key("reply_bytes", "int", None, "what the PS answers each worker", unit="bytes", min=0, max=MAX_BYTES,
             nullable=True, applies=("generator",), default_doc="burst_bytes"),
@@ -293,10 +294,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "cc); ltp (LTP datagrams: loss-tolerant, Early Close and Bubble Filling, workloads/ltp/). The "
             "parameters (generator: answers) always return over TCP", choices=TRANSPORT_CHOICES,
             applies=LTP_KINDS, what="transport"),
-        Key("ltp_deadline_ms", "number", 500.0, "ltp: the hard deadline: the PS closes an iteration this long "
+        Key("ltp_deadline_ms", "number", LTP_DEADLINE_MS, "ltp: the hard deadline: the PS closes an iteration this long "
             "after its first datagram arrived, whatever is missing (filled in)", unit="ms", above=0,
             max=MAX_DURATION_S * 1000, applies=LTP_KINDS),
-        Key("ltp_theta_min", "number", 0.8, "ltp: the lowest loss-tolerant threshold: before the deadline the PS "
+        Key("ltp_theta_min", "number", LTP_THETA_MIN, "ltp: the lowest loss-tolerant threshold: before the deadline the PS "
             "closes an iteration only once every worker delivered at least this share (the threshold adapts "
             "to the measured loss between this and 1)", min=0, max=1, applies=LTP_KINDS),
         Key("argv", "argv", (), "torchrun: the program each rank runs, with its arguments (a list, or one line "
