@@ -33,7 +33,7 @@ REPORT_GAP_US = 10_000   # the switch's G for a job whose G is learned: reports 
 
 @dataclass(frozen=True)
 class SegmenterConfig:
-    history: int = 32        # recent gaps between reports behind the split (up to ~10 sub-bursts an iteration)
+    history: int = 128       # recent gaps behind the split (a generator's iteration at 10 ms: 10-20 sub-bursts)
     min_ratio: float = 3.0   # the two groups' geometric means must differ this much
     min_long: int = 3        # and the long gaps must recur at least this often in the history
     min_gaps: int = 4        # fewer gaps: no split yet (every report starts an iteration)

@@ -127,3 +127,20 @@ def test_the_silence_the_switch_reports_tells_a_late_workers_part_from_an_iterat
     time_only = [by_time.starts_iteration(t) for t, _ in trace]
     assert silence[20:] == truth[20:]
     assert sum(a != b for a, b in zip(time_only[20:], truth[20:])) >= 10   # what the idle time mends
+
+
+def test_an_iteration_of_many_sub_bursts_still_leaves_three_long_silences_in_the_history():
+    # pcn-paper at the switch's 10 ms G: 10-20 reports an iteration (silences 10-19 ms), 1.5 s between
+    # iterations. A history of 32 gaps held two long ones at most: no split, every report a 'start'.
+    rng = random.Random(9)
+    t, trace, truth = T0, [], []
+    for _ in range(12):
+        t += 1_500_000
+        trace.append((t, 1_500_000)); truth.append(True)
+        for _ in range(rng.randint(10, 20)):
+            t += 30_000
+            trace.append((t, rng.randint(10_000, 19_000))); truth.append(False)
+    segmenter = IterationSegmenter()
+    verdicts = [segmenter.starts_iteration(t, idle) for t, idle in trace]
+    later = len(trace) // 3
+    assert verdicts[later:] == truth[later:]
