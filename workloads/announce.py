@@ -28,7 +28,7 @@ def default_lead_us(srtt_us: float | None) -> float:
     """How far ahead to announce when the job does not say: two smoothed RTTs. The marks K_pre sets at
     the announcement reach the background's senders and their slower sending reaches the switch about
     one RTT later; the standing queue then drains to K_pre. In the paper's regime (pcn-host-lead.yaml,
-    README "Measured here") one RTT (about 25 ms) left the bursts a start queue of 19 packets, 50 ms
+    docs/results.md) one RTT (about 25 ms) left the bursts a start queue of 19 packets, 50 ms
     (two) 10.5, 100 ms no less (10.4) but K_pre held twice as long."""
     return LEAD_RTTS * srtt_us if srtt_us else DEFAULT_LEAD_US
 

@@ -156,7 +156,7 @@ def reference_markdown() -> str:
                          "`{at_s: 10, start: bulk}` / `{at_s: 30, stop: bulk}` start and stop a background flow "
                          "(a flow named in a start waits for it; each flow starts and stops at most once). Each "
                          "change applied is a `schedule` event in events.jsonl."),
-            ("fidelity", "Each run is checked against these after it ends (`fidelity.json`, see the README's "
+            ("fidelity", "Each run is checked against these after it ends (`fidelity.json`, see docs/reference.md, "
                          "Fidelity section); a run that fails one is marked untrusted, with the reason. They can "
                          "be set with --set but not swept.")):
         lines += ["", f"## {section}", "", intro, "", head]

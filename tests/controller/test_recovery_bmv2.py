@@ -73,7 +73,7 @@ def test_a_switch_that_ends_forwards_again_without_finsys_backoff(run_folder, ho
                 holes.append(hole)
             print(f"\n{how}: forwarding hole {', '.join(f'{h * 1e3:.0f} ms' for h in holes)}")
             assert downs == ["s2", "s2"] and controller.configured["s1"] == 1
-            # The bound is finsy's back-off, not the goal: the goal (2 s) is measured in the README.
+            # The bound is finsy's back-off, not the goal: the goal (2 s) is measured in docs/results.md.
             assert all(h < FINSY_BACKOFF_S / 2 for h in holes), holes
 
 
