@@ -24,11 +24,47 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pcnlab.errors import UsageError
 
 ANCHOR = "anchor"
+ITERATION = "iteration"
+# Every "iteration" line has these (bytes_sent, bytes_recv: where the process moves payload both ways);
+# the readers take them for granted (pcnlab.results.iterations always has their columns).
+ITERATION_FIELDS = ("iter", "compute_start_ns", "compute_end_ns", "comm_start_ns", "comm_end_ns", "bytes_sent",
+                    "bytes_recv", "loss")
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One iteration of one process, as every workload logs it: its moments on the host's monotonic
+    clock (ns), the payload bytes each way (None: this process does not count that way), the training
+    loss (None where nothing trains), and in `extra` what a workload adds (recv_end_ns, params_sha,
+    announce_ns, srtt_us, codec, ...), which may not reuse a field's name."""
+
+    iter: int
+    compute_start_ns: int
+    compute_end_ns: int
+    comm_start_ns: int
+    comm_end_ns: int
+    bytes_sent: int | None = None
+    bytes_recv: int | None = None
+    loss: float | None = None
+    extra: Mapping = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        clash = set(self.extra) & {*ITERATION_FIELDS, "type", "host_ns"}
+        if clash:
+            raise ValueError(f"an iteration's extra fields may not be named {', '.join(sorted(clash))}")
+
+    def line_fields(self) -> dict:
+        """The line's fields: the record's (byte counts only where counted; loss always), then `extra`."""
+        out = {name: getattr(self, name) for name in ITERATION_FIELDS
+               if name == "loss" or getattr(self, name) is not None}
+        return {**out, **self.extra}
 
 
 class JsonLines:
@@ -48,6 +84,9 @@ class JsonLines:
         with self._lock:
             if not self._file.closed:
                 self._file.write(line + "\n")
+
+    def iteration(self, record: Iteration) -> None:
+        self.write(ITERATION, **record.line_fields())
 
     def close(self) -> None:
         with self._lock:

@@ -35,9 +35,10 @@ import pandas as pd
 import yaml
 
 from pcnlab.errors import UsageError
-from pcnlab.jsonlines import read_json_lines
+from pcnlab.jsonlines import ITERATION, ITERATION_FIELDS, read_json_lines
 from pcnlab.status import STATUS_FILE, is_run_folder, read_status
 
+IDENTITY = ("job", "role", "rank", "host")   # who logged an iteration (its log's anchor)
 CLOCK_WINDOW_US = 1_000_000   # the lower envelope is taken per second of switch time
 
 
@@ -230,12 +231,15 @@ class RunData:
         for log in sorted(self.path.glob("jobs/*/*.jsonl")):
             anchor, records = read_json_lines(log)
             for rec in records:
-                if rec.get("type") == "iteration":
+                if rec.get("type") == ITERATION:
                     rows.append({"job": anchor.get("job", log.parent.name), "role": anchor.get("role"),
                                  "rank": anchor.get("rank"), "host": anchor.get("host"), **rec})
         frame = pd.DataFrame(rows)
         frame = frame.drop(columns=["type"]) if not frame.empty else frame
-        logged = set(frame["job"]) if not frame.empty else set()
+        # Every field of the record is a column (None where a process does not count it: jsonlines.Iteration).
+        frame = frame.reindex(columns=[*IDENTITY, *ITERATION_FIELDS,
+                                       *[c for c in frame.columns if c not in (*IDENTITY, *ITERATION_FIELDS)]])
+        logged = set(frame["job"].dropna()) if not frame.empty else set()
         # A job that logs nothing (a user's program without the hook): its iterations from the network.
         from pcnlab.experiments.network_iterations import network_iterations
 

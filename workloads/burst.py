@@ -32,6 +32,7 @@ from pcnlab.workloads.announce import announce_socket, default_lead_us, send_ann
 from pcnlab.workloads.config import BurstConfig, as_dict, parse_config
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, set_cc, tcp_info
+from pcnlab.jsonlines import Iteration
 
 HEADER = struct.Struct("!QQ")  # iteration, payload bytes
 HELLO = struct.Struct("!Q")    # the worker's rank, once per connection
@@ -161,12 +162,12 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
             send_start = time.monotonic_ns()
             list(pool.map(lambda r: replies[r].send(conns[r], it, _reply_bytes(cfg)), ranks))
             send_end = time.monotonic_ns()
-            log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
-                          comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
-                          recv_end_ns=recv_end, send_start_ns=send_start,
-                          first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)},
-                          bytes_recv=sum(size for _, size, _ in got), bytes_sent=_reply_bytes(cfg) * len(ranks),
-                          loss=None)
+            log.iteration(Iteration(
+                iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
+                comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
+                bytes_sent=_reply_bytes(cfg) * len(ranks), bytes_recv=sum(size for _, size, _ in got),
+                extra=dict(recv_end_ns=recv_end, send_start_ns=send_start,
+                           first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)})))
     for sock in conns.values():
         sock.close()
 
@@ -221,10 +222,10 @@ def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
         sent_end = time.monotonic_ns()
         _, size = payload.receive(sock, it)
         answered = time.monotonic_ns()
-        log.iteration(iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
-                      comm_end_ns=answered, send_end_ns=sent_end, planned_start_ns=start,
-                      announce_ns=announced, bytes_sent=cfg.burst_bytes, bytes_recv=size, loss=None,
-                      **tcp_info(sock))
+        log.iteration(Iteration(
+            iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
+            comm_end_ns=answered, bytes_sent=cfg.burst_bytes, bytes_recv=size,
+            extra=dict(send_end_ns=sent_end, planned_start_ns=start, announce_ns=announced, **tcp_info(sock))))
     sock.close()
 
 
@@ -263,10 +264,10 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
                 recv_buf.receive(inc, tag)
                 sending.result()
             answered = time.monotonic_ns()
-            log.iteration(iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start,
-                          comm_start_ns=comm_start, comm_end_ns=answered, planned_start_ns=start,
-                          announce_ns=announced, bytes_sent=chunk * steps, bytes_recv=chunk * steps,
-                          loss=None, **tcp_info(out))
+            log.iteration(Iteration(
+                iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
+                comm_end_ns=answered, bytes_sent=chunk * steps, bytes_recv=chunk * steps,
+                extra=dict(planned_start_ns=start, announce_ns=announced, **tcp_info(out))))
     out.close()
     inc.close()
 

@@ -35,6 +35,7 @@ import time
 
 from pcnlab.workloads.announce import Announcer, start_listener
 from pcnlab.workloads.joblog import JsonLog
+from pcnlab.jsonlines import Iteration
 
 
 class IterationHook:
@@ -89,10 +90,10 @@ class IterationHook:
             self.outstanding -= 1
             if self.last_seen and self.outstanding == 0 and self.comm_start:
                 end = time.monotonic_ns()
-                self.log.iteration(iter=self.iter, compute_start_ns=self.compute_start, compute_end_ns=self.comm_start,
-                                   comm_start_ns=self.comm_start, comm_end_ns=end, bytes_sent=self.bytes,
-                                   bytes_recv=self.bytes, loss=None,
-                                   **({"announce_ns": self.announcer.last_ns} if self.announcer else {}))
+                self.log.iteration(Iteration(
+                    iter=self.iter, compute_start_ns=self.compute_start, compute_end_ns=self.comm_start,
+                    comm_start_ns=self.comm_start, comm_end_ns=end, bytes_sent=self.bytes, bytes_recv=self.bytes,
+                    extra={"announce_ns": self.announcer.last_ns} if self.announcer else {}))
                 self.comm_start = 0
 
     def released(self) -> None:

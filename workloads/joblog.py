@@ -7,8 +7,9 @@ monotonic clock, an anchor first). A workload's anchor, written when the process
 
 and the record types after it are:
 
-- "iteration": iter, compute_start_ns, compute_end_ns, comm_start_ns, comm_end_ns, bytes_sent,
-  bytes_recv, loss (null where nothing trains), plus what the workload adds (params_sha, srtt_us, ...)
+- "iteration": a `pcnlab.jsonlines.Iteration` (`log.iteration(Iteration(...))`): iter, compute_start_ns,
+  compute_end_ns, comm_start_ns, comm_end_ns, bytes_sent, bytes_recv, loss (null where nothing trains),
+  plus what the workload adds in its `extra` (params_sha, srtt_us, ...)
 - "interval" (background flows): start_ns, end_ns, bytes, mbps (+ sender's cwnd, srtt_us, retrans)
 - "connected" (a flow's connection), "announce" (PCN-START sent or received; host_ns: when),
   "error" (message), and "end" (status).
@@ -28,9 +29,6 @@ class JsonLog(JsonLines):
 
     def __init__(self, path: str | Path, **anchor):
         super().__init__(path, pid=os.getpid(), hostname=socket.gethostname(), **anchor)
-
-    def iteration(self, **record) -> None:
-        self.write("iteration", **record)
 
     def error(self, message: str) -> None:
         self.write("error", message=message)

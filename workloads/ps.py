@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.config import TRANSPORTS, TrainConfig, parse_config
@@ -111,12 +112,13 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
         comm_end = time.monotonic_ns()
         dump(f"ps{cfg.rank}_it{it}_avg", {names[i]: g for i, g in zip(mine, grads)})
         dump(f"ps{cfg.rank}_it{it}_param", {names[i]: params[i] for i in mine})
-        log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
-                      comm_end_ns=comm_end, recv_end_ns=recv_end, send_start_ns=step_end,
-                      bytes_sent=nbytes, bytes_recv=recv_bytes, loss=None,
-                      params_sha=digest(own), **held_out_accuracy(cfg, model, test, it),
-                      **comp.record(level, (step_end - recv_end) / 1e9, (comm_end - comm_start) / 1e9, nbytes,
-                                    recv_bytes))
+        log.iteration(Iteration(
+            iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
+            comm_end_ns=comm_end, bytes_sent=nbytes, bytes_recv=recv_bytes,
+            extra=dict(recv_end_ns=recv_end, send_start_ns=step_end, params_sha=digest(own),
+                       **held_out_accuracy(cfg, model, test, it),
+                       **comp.record(level, (step_end - recv_end) / 1e9, (comm_end - comm_start) / 1e9, nbytes,
+                                     recv_bytes))))
 
 
 def _task(cfg: TrainConfig) -> Task | None:
@@ -155,11 +157,12 @@ def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> No
         comm_end = time.monotonic_ns()
         dump(f"w{cfg.rank}_it{it}_grad", {n: p.grad for n, p in zip(names, params)})
         dump(f"w{cfg.rank}_it{it}_param", dict(zip(names, params)))
-        log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
-                      comm_end_ns=comm_end, bytes_sent=sent_bytes, bytes_recv=recv_bytes, loss=loss,
-                      params_sha=digest(params), **({"announce_ns": ann.last_ns} if ann else {}),
-                      **held_out_accuracy(cfg, model, test, it),
-                      **comp.record(level, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9, sent_bytes, recv_bytes))
+        log.iteration(Iteration(
+            iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start, comm_end_ns=comm_end,
+            bytes_sent=sent_bytes, bytes_recv=recv_bytes, loss=loss,
+            extra=dict(params_sha=digest(params), **({"announce_ns": ann.last_ns} if ann else {}),
+                       **held_out_accuracy(cfg, model, test, it),
+                       **comp.record(level, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9, sent_bytes, recv_bytes))))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.config import TrainConfig, parse_config
@@ -88,12 +89,13 @@ def _run(cfg: TrainConfig, log) -> None:
         else:
             size = 4 * sum(f.numel() for f in flats)
             ring_bytes = round(2 * (n - 1) / n * size)  # what a ring all-reduce moves per rank, each way
-        log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
-                      comm_end_ns=comm_end, bytes_sent=ring_bytes, bytes_recv=ring_bytes, loss=loss,
-                      buckets=len(plan), params_sha=digest(params),
-                      **({"announce_ns": ann.last_ns} if ann else {}), **held_out_accuracy(cfg, model, test, it),
-                      **comp.record(level if sync else 0, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9,
-                                    ring_bytes, ring_bytes))
+        log.iteration(Iteration(
+            iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start, comm_end_ns=comm_end,
+            bytes_sent=ring_bytes, bytes_recv=ring_bytes, loss=loss,
+            extra=dict(buckets=len(plan), params_sha=digest(params), **({"announce_ns": ann.last_ns} if ann else {}),
+                       **held_out_accuracy(cfg, model, test, it),
+                       **comp.record(level if sync else 0, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9,
+                                     ring_bytes, ring_bytes))))
 
 
 if __name__ == "__main__":

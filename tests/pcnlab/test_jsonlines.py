@@ -13,7 +13,7 @@ import pytest
 
 from pcnlab.controller.events import EventLog
 from pcnlab.errors import UsageError
-from pcnlab.jsonlines import read_json_lines
+from pcnlab.jsonlines import ITERATION_FIELDS, Iteration, read_json_lines
 from pcnlab.results import load_run
 from pcnlab.workloads.joblog import JsonLog
 
@@ -28,7 +28,8 @@ def test_both_writers_write_one_schema(tmp_path):
     events.write("report", switch="s1", port=4, job=1, t_us=5000)
     events.close()
     with JsonLog(tmp_path / "worker0-h2.jsonl", job="j1", host="h2", role="worker", rank=1) as log:
-        log.iteration(iter=0, compute_start_ns=before_ns, comm_start_ns=before_ns + 1)
+        log.iteration(Iteration(iter=0, compute_start_ns=before_ns, compute_end_ns=before_ns, comm_start_ns=before_ns + 1,
+                                comm_end_ns=before_ns + 2))
         log.write("announce", host_ns=before_ns + 7, direction="sent", iter=0)
     after_ns, after_wall = time.monotonic_ns(), time.time()
     for path, types in ((tmp_path / "events.jsonl", ["anchor", "report"]),
@@ -64,7 +65,7 @@ def test_lines_from_several_threads_stay_whole(tmp_path):
 def test_a_torn_last_line_is_skipped(tmp_path):
     path = tmp_path / "f.jsonl"
     log = JsonLog(path, job="j")
-    log.iteration(iter=0)
+    log.iteration(Iteration(0, 1, 2, 3, 4))
     log.close()
     path.write_text(path.read_text() + '{"type": "iteration", "host_')
     anchor, records = read_json_lines(path)
@@ -106,3 +107,29 @@ def test_pcnlab_export_of_an_old_run_is_exit_2_naming_the_file(tmp_path):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(run / "events.jsonl") in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_iteration_record_writes_its_fields_and_what_its_workload_adds(tmp_path):
+    with JsonLog(tmp_path / "w.jsonl", job="j", role="worker", rank=0, host="h2") as log:
+        log.iteration(Iteration(0, 10, 20, 20, 35, bytes_sent=100, bytes_recv=50, loss=0.5,
+                                extra={"params_sha": "ab", "srtt_us": 900}))
+        log.iteration(Iteration(1, 40, 50, 50, 60, bytes_sent=100))    # a process that counts one way
+    _, records = read_json_lines(tmp_path / "w.jsonl")
+    first, second = records[0], records[1]
+    assert {k: first[k] for k in (*ITERATION_FIELDS, "params_sha", "srtt_us")} == {
+        "iter": 0, "compute_start_ns": 10, "compute_end_ns": 20, "comm_start_ns": 20, "comm_end_ns": 35,
+        "bytes_sent": 100, "bytes_recv": 50, "loss": 0.5, "params_sha": "ab", "srtt_us": 900}
+    assert "bytes_recv" not in second and second["loss"] is None
+    with pytest.raises(ValueError, match="may not be named bytes_sent"):
+        Iteration(0, 1, 2, 3, 4, extra={"bytes_sent": 5})
+
+
+def test_the_iterations_table_always_has_every_field_of_the_record(tmp_path):
+    run = tmp_path / "run"
+    (run / "jobs" / "j").mkdir(parents=True)
+    (run / "status.json").write_text('{"status": "finished"}')
+    with JsonLog(run / "jobs" / "j" / "ps-h1.jsonl", job="j", role="ps", rank=0, host="h1") as log:
+        log.iteration(Iteration(0, 10, 20, 20, 35, bytes_sent=100))
+    table = load_run(run).iterations
+    assert set(ITERATION_FIELDS) <= set(table.columns) and table["bytes_recv"].isna().all()
+    assert (table["job"].tolist(), table["role"].tolist()) == (["j"], ["ps"])

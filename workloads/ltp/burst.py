@@ -21,6 +21,7 @@ from pcnlab.workloads.ltp.earlyclose import EarlyClose
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
+from pcnlab.jsonlines import Iteration
 
 
 def _layout(cfg: BurstConfig) -> Layout:
@@ -53,10 +54,12 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
                 send_start = time.monotonic_ns()
                 list(pool.map(lambda r: replies[r].send(conns[r], it, _reply_bytes(cfg)), ranks))
                 send_end = time.monotonic_ns()
-                log.iteration(iter=it, compute_start_ns=send_start, compute_end_ns=send_start,
-                              comm_start_ns=stats["ltp_first_ns"] or comm_start, comm_end_ns=send_end,
-                              recv_end_ns=stats["ltp_close_ns"], send_start_ns=send_start, transport="ltp",
-                              bytes_sent=_reply_bytes(cfg) * len(ranks), loss=None, **stats)
+                extra = {**stats}
+                log.iteration(Iteration(
+                    iter=it, compute_start_ns=send_start, compute_end_ns=send_start,
+                    comm_start_ns=stats["ltp_first_ns"] or comm_start, comm_end_ns=send_end,
+                    bytes_sent=_reply_bytes(cfg) * len(ranks), bytes_recv=extra.pop("bytes_recv"),
+                    extra=dict(recv_end_ns=stats["ltp_close_ns"], send_start_ns=send_start, transport="ltp", **extra)))
     finally:
         server.stop()
     log.write("ltp_counters", **server.counters())
@@ -83,10 +86,11 @@ def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
             sent_end = time.monotonic_ns()
             _, size = answer.receive(sock, it)
             answered = time.monotonic_ns()
-            log.iteration(iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
-                          comm_end_ns=answered, send_end_ns=sent_end, planned_start_ns=start,
-                          announce_ns=announced, transport="ltp", bytes_sent=result.bytes_sent, bytes_recv=size,
-                          loss=None, **result.log_fields())
+            log.iteration(Iteration(
+                iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
+                comm_end_ns=answered, bytes_sent=result.bytes_sent, bytes_recv=size,
+                extra=dict(send_end_ns=sent_end, planned_start_ns=start, announce_ns=announced, transport="ltp",
+                           **result.log_fields())))
     finally:
         sender.close()
         sock.close()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.ltp.earlyclose import COMPLETE, EarlyClose
 from pcnlab.workloads.ltp.fill import bubble_fill
 from pcnlab.workloads.ltp.receiver import LtpServer
@@ -99,11 +100,13 @@ def serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test
             comm_end = time.monotonic_ns()
             dump(f"ps{cfg.rank}_it{it}_avg", {names[i]: g for i, g in zip(mine, grads)})
             dump(f"ps{cfg.rank}_it{it}_param", {names[i]: params[i] for i in mine})
-            log.iteration(iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
-                          comm_end_ns=comm_end, recv_end_ns=recv_end, send_start_ns=step_end,
-                          bytes_sent=4 * layout.total * len(workers), loss=None, transport="ltp",
-                          bytes_filled=4 * filled.filled_elements, bytes_zero_filled=4 * filled.zero_elements,
-                          **previous, **stats, params_sha=digest(own), **held_out_accuracy(cfg, model, test, it))
+            extra = {**stats}
+            log.iteration(Iteration(
+                iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
+                comm_end_ns=comm_end, bytes_sent=4 * layout.total * len(workers), bytes_recv=extra.pop("bytes_recv"),
+                extra=dict(recv_end_ns=recv_end, send_start_ns=step_end, transport="ltp",
+                           bytes_filled=4 * filled.filled_elements, bytes_zero_filled=4 * filled.zero_elements,
+                           **previous, **extra, params_sha=digest(own), **held_out_accuracy(cfg, model, test, it))))
         _finish(sending, workers)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -165,13 +168,12 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
             dump(f"w{cfg.rank}_it{it}_grad", {n: p.grad for n, p in zip(names, params)})
             dump(f"w{cfg.rank}_it{it}_param", dict(zip(names, params)))
             fields = results[0].log_fields() if len(results) == 1 else {"ltp_shards": [r.log_fields() for r in results]}
-            log.iteration(iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start,
-                          comm_end_ns=comm_end, send_end_ns=sent_end, transport="ltp",
-                          bytes_sent=sum(r.bytes_sent for r in results),
-                          bytes_recv=4 * sum(lay.total for lay in layouts), loss=loss,
-                          params_sha=digest(params), **fields,
-                          **({"announce_ns": ann.last_ns} if ann else {}),
-                          **held_out_accuracy(cfg, model, test, it))
+            log.iteration(Iteration(
+                iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start, comm_end_ns=comm_end,
+                bytes_sent=sum(r.bytes_sent for r in results), bytes_recv=4 * sum(lay.total for lay in layouts),
+                loss=loss, extra=dict(send_end_ns=sent_end, transport="ltp", params_sha=digest(params), **fields,
+                                      **({"announce_ns": ann.last_ns} if ann else {}),
+                                      **held_out_accuracy(cfg, model, test, it))))
     finally:
         for sender in senders:
             sender.close()
