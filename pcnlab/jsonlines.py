@@ -32,10 +32,13 @@ from pcnlab.errors import UsageError
 
 ANCHOR = "anchor"
 ITERATION = "iteration"
-# Every "iteration" line has these (bytes_sent, bytes_recv: where the process moves payload both ways);
-# the readers take them for granted (pcnlab.results.iterations always has their columns).
+# The fields of an "iteration" line: every line has iter, the four moments and loss; bytes_sent and
+# bytes_recv where the process counts them. The readers take them for granted (pcnlab.results.iterations
+# always has their columns); a line without one of ITERATION_REQUIRED is refused (`Iteration.from_line`).
 ITERATION_FIELDS = ("iter", "compute_start_ns", "compute_end_ns", "comm_start_ns", "comm_end_ns", "bytes_sent",
                     "bytes_recv", "loss")
+ITERATION_REQUIRED = ITERATION_FIELDS[:5]
+_LINE_FIELDS = ("type", "host_ns")   # every line's own: never a record's
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Iteration:
     extra: Mapping = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        clash = set(self.extra) & {*ITERATION_FIELDS, "type", "host_ns"}
+        clash = set(self.extra) & {*ITERATION_FIELDS, *_LINE_FIELDS}
         if clash:
             raise ValueError(f"an iteration's extra fields may not be named {', '.join(sorted(clash))}")
 
@@ -65,6 +68,21 @@ class Iteration:
         out = {name: getattr(self, name) for name in ITERATION_FIELDS
                if name == "loss" or getattr(self, name) is not None}
         return {**out, **self.extra}
+
+    @classmethod
+    def from_line(cls, line: Mapping) -> "Iteration":
+        """The record of an "iteration" line as read back (`read_json_lines`): a field the line lacks
+        is None if optional (bytes_sent, bytes_recv, loss); every field but the record's, type and
+        host_ns goes in `extra`. A ValueError naming the fields when one of ITERATION_REQUIRED is missing
+        or the line is of another type."""
+        if line.get("type", ITERATION) != ITERATION:
+            raise ValueError(f"a {line.get('type')!r} line is not an iteration record")
+        missing = [name for name in ITERATION_REQUIRED if name not in line]
+        if missing:
+            raise ValueError(f"an iteration line without {', '.join(missing)} (every iteration line has "
+                             f"{', '.join(ITERATION_REQUIRED)})")
+        return cls(**{name: line.get(name) for name in ITERATION_FIELDS},
+                   extra={k: v for k, v in line.items() if k not in (*ITERATION_FIELDS, *_LINE_FIELDS)})
 
 
 class JsonLines:

@@ -35,7 +35,7 @@ import pandas as pd
 import yaml
 
 from pcnlab.errors import UsageError
-from pcnlab.jsonlines import ITERATION, ITERATION_FIELDS, read_json_lines
+from pcnlab.jsonlines import ITERATION, ITERATION_FIELDS, Iteration, read_json_lines
 from pcnlab.status import STATUS_FILE, is_run_folder, read_status
 
 IDENTITY = ("job", "role", "rank", "host")   # who logged an iteration (its log's anchor)
@@ -226,19 +226,21 @@ class RunData:
     @cached_property
     def iterations(self) -> pd.DataFrame:
         """One row per iteration record of every process of every job: job, role (worker | ps), rank,
-        host, iter, and the record's own fields (comm_start_ns, comm_end_ns, bytes_sent, loss, ...)."""
+        host, iter, and the record's own fields (comm_start_ns, comm_end_ns, bytes_sent, loss, ...), read
+        as `jsonlines.Iteration.from_line`: a line without one of its required fields is a UsageError
+        naming the file and the field."""
         rows = []
         for log in sorted(self.path.glob("jobs/*/*.jsonl")):
             anchor, records = read_json_lines(log)
-            for rec in records:
-                if rec.get("type") == ITERATION:
-                    rows.append({"job": anchor.get("job", log.parent.name), "role": anchor.get("role"),
-                                 "rank": anchor.get("rank"), "host": anchor.get("host"), **rec})
+            who = {"job": anchor.get("job", log.parent.name), "role": anchor.get("role"),
+                   "rank": anchor.get("rank"), "host": anchor.get("host")}
+            rows += [{**who, **_iteration_fields(log, rec)} for rec in records if rec.get("type") == ITERATION]
         frame = pd.DataFrame(rows)
-        frame = frame.drop(columns=["type"]) if not frame.empty else frame
-        # Every field of the record is a column (None where a process does not count it: jsonlines.Iteration).
-        frame = frame.reindex(columns=[*IDENTITY, *ITERATION_FIELDS,
-                                       *[c for c in frame.columns if c not in (*IDENTITY, *ITERATION_FIELDS)]])
+        # Every field of the record is a column (None where a process does not count it: jsonlines.Iteration);
+        # no logs, no frame (an empty one with object columns would not merge with the network's rows).
+        if not frame.empty:
+            frame = frame.reindex(columns=[*IDENTITY, *ITERATION_FIELDS,
+                                           *[c for c in frame.columns if c not in (*IDENTITY, *ITERATION_FIELDS)]])
         logged = set(frame["job"].dropna()) if not frame.empty else set()
         # A job that logs nothing (a user's program without the hook): its iterations from the network.
         from pcnlab.experiments.network_iterations import network_iterations
@@ -267,6 +269,17 @@ class RunData:
             rows += [{"flow": flow, **r} for r in read_json_lines(log)[1] if r.get("type") == "interval"]
         frame = pd.DataFrame(rows)
         return frame.drop(columns=["type"]) if not frame.empty else frame
+
+
+def _iteration_fields(log: Path, line: dict) -> dict:
+    """An iteration line's columns: its host_ns and its record's fields (jsonlines.Iteration). A line
+    without one of the record's required fields is a UsageError naming the file and the field."""
+    try:
+        record = Iteration.from_line(line)
+    except ValueError as e:
+        at = f" iter {line['iter']}:" if "iter" in line else ""
+        raise UsageError(f"{log}:{at} {e}") from None
+    return {**({"host_ns": line["host_ns"]} if "host_ns" in line else {}), **record.line_fields()}
 
 
 def run_folders(path: Path | str) -> list[Path]:

@@ -28,11 +28,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.announce import announce_socket, default_lead_us, send_announcement, start_listener
 from pcnlab.workloads.config import BurstConfig, as_dict, parse_config
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, set_cc, tcp_info
-from pcnlab.jsonlines import Iteration
 
 HEADER = struct.Struct("!QQ")  # iteration, payload bytes
 HELLO = struct.Struct("!Q")    # the worker's rank, once per connection

@@ -33,9 +33,9 @@ import os
 import threading
 import time
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.announce import Announcer, start_listener
 from pcnlab.workloads.joblog import JsonLog
-from pcnlab.jsonlines import Iteration
 
 
 class IterationHook:

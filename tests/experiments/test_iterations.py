@@ -79,8 +79,8 @@ def run_dir(tmp_path):
                   "host": host}]
         for k, start in enumerate(ITER_US):
             comm = OFFSET_NS + start * 1000   # the worker starts sending at `start`
-            lines.append({"type": "iteration", "iter": k, "compute_start_ns": comm - 1000, "comm_start_ns": comm,
-                          "comm_end_ns": comm + 60_000_000})
+            lines.append({"type": "iteration", "iter": k, "compute_start_ns": comm - 1000, "compute_end_ns": comm,
+                          "comm_start_ns": comm, "comm_end_ns": comm + 60_000_000})
         (jobs / f"worker{rank}-{host}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     # The controller armed a window before iterations 1 and 2; the one for iteration 2 opens too late.
     events = [{"type": "anchor", "host_ns": 0, "wall_time": 0},

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.burst import _Pacer, _Payload, _reply_bytes, _udp, _wait_and_announce, accept_workers, join_ps
 from pcnlab.workloads.config import BurstConfig
 from pcnlab.workloads.joblog import JsonLog
@@ -21,7 +22,6 @@ from pcnlab.workloads.ltp.earlyclose import EarlyClose
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
-from pcnlab.jsonlines import Iteration
 
 
 def _layout(cfg: BurstConfig) -> Layout:
