@@ -159,6 +159,15 @@ class PcnController:
         await asyncio.to_thread(apply_queues, dataclasses.replace(endpoint, queues=(PortQueue(port, rate_pps),)))
         return time.monotonic() - started
 
+    async def set_learned_gap(self, switch: str, job: int, gap_us: int) -> int:
+        """Make `gap_us` the G of job's classes on the switch that have no G of their own (kept for a
+        restart); returns how many entries changed."""
+        config, changed = self.dataplane[switch].with_learned_gap(job, gap_us)
+        if changed:
+            await self.switches[switch].modify([c.entry() for c in changed])
+            self.dataplane[switch] = config
+        return len(changed)
+
     async def arm_window(self, switch: str, port: int, start_us: int, end_us: int) -> float:
         """Write a pre-drain window; returns the write's latency in seconds."""
         started = time.monotonic()

@@ -5,7 +5,7 @@ the pcn-host code point, the telemetry clone session and the burst digest."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import finsy as fy
 
@@ -78,6 +78,12 @@ class FlowClass:
     priority: int = 10
     burst_gap_us: int | None = None
     burst_min_payload: int = 64      # bytes of L4 payload
+    learned_gap_us: int | None = None  # burst_gap_us None: the G the controller learned, once it has
+
+    @property
+    def gap_us(self) -> int:
+        """The G the switch uses: the configured one, else the learned one, else REPORT_GAP_US."""
+        return self.burst_gap_us or self.learned_gap_us or REPORT_GAP_US
 
     def __post_init__(self):
         if not 1 <= self.job <= MAX_JOB_ID:
@@ -95,7 +101,7 @@ class FlowClass:
                 and self.sport is None and self.dport is None)
 
     def entry(self) -> fy.P4TableEntry:
-        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.burst_gap_us or REPORT_GAP_US,
+        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.gap_us,
                                   burst_min_payload=self.burst_min_payload)
         if self.is_pair:
             src, dst = (str(ipaddress.ip_network(v, strict=False).network_address) for v in (self.src, self.dst))
@@ -140,6 +146,13 @@ class DataPlaneConfig:
 
     def mode_entry(self, port: int, mode: PortMode) -> fy.P4TableEntry:
         return fy.P4TableEntry("port_mode", match=fy.P4TableMatch(port=port), action=mode.action(self.switch_params()))
+
+    def with_learned_gap(self, job: int, gap_us: int) -> tuple["DataPlaneConfig", list[FlowClass]]:
+        """This configuration with `gap_us` as the learned G of job's classes that have no G of their
+        own, and those classes (their entries are what changes on the switch)."""
+        changed = [c for c in self.classes if c.job == job and c.burst_gap_us is None and c.learned_gap_us != gap_us]
+        classes = tuple(replace(c, learned_gap_us=gap_us) if c in changed else c for c in self.classes)
+        return replace(self, classes=classes), [replace(c, learned_gap_us=gap_us) for c in changed]
 
     def static_entries(self) -> list:
         """What a freshly configured switch needs besides its routes, its default config and its modes."""

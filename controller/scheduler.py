@@ -27,6 +27,7 @@ from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.core import WindowScheduler
+from pcnlab.controller.segments import LearnedGaps
 from pcnlab.controller.windows import PlannerConfig, Window, WindowChange, WindowPlanner
 
 CLOCK_PERIOD_S = 0.5
@@ -41,6 +42,7 @@ class PcnScheduler:
         self.events = events
         self.arm = arm
         self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
+        self.gaps = LearnedGaps()   # G written into the switches for jobs that leave it out
         self.clocks = {name: ClockEstimator() for name in controller.endpoints}
         self._thrift: dict[str, SwitchThrift] = {}
         self._wake = asyncio.Event()
@@ -80,6 +82,7 @@ class PcnScheduler:
         if self.clocks[switch].add(sample):
             self.events.write("switch_clock_reset", switch=switch)
             self.core.forget_switch(switch)
+            self.gaps.forget_switch(switch)
         return sample
 
     async def _keep_clocks(self) -> None:
@@ -122,8 +125,21 @@ class PcnScheduler:
                               next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
                               confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
                               confident=prediction.confident, model=prediction.model, decided_us=burst.ts_us)
+        gap = self.gaps.observe(report.key, burst.idle_us, observation.kind != "sub-burst",
+                                self.core.iteration_gap_us(report.key))
+        if gap is not None and switch not in self._down:
+            self._tasks.append(asyncio.ensure_future(self._write_gap(switch, burst.job, gap)))
         self._tasks.append(asyncio.ensure_future(self._apply(changes)))
         self._wake.set()
+
+    async def _write_gap(self, switch: str, job: int, gap_us: int) -> None:
+        try:
+            written = await self.controller.set_learned_gap(switch, job, gap_us)
+        except Exception as exc:  # a switch that went away: it is configured again with what it had
+            self.events.write("gap_error", switch=switch, job=job, gap_us=gap_us, error=str(exc))
+            return
+        if written:
+            self.events.write("learned_gap", switch=switch, job=job, gap_us=gap_us, entries=written)
 
     async def _apply(self, changes: list[WindowChange]) -> None:
         for change in changes:
@@ -184,6 +200,7 @@ class PcnScheduler:
     async def _switch_ready(self, switch: fy.Switch, endpoint: SwitchEndpoint) -> None:
         # Configuring a switch cleared its tables (and a restart also reset its clock).
         self.core.forget_switch(switch.name)
+        self.gaps.forget_switch(switch.name)
         self.events.write("switch_ready", switch=switch.name, times=self.controller.configured[switch.name] + 1)
         self._down.discard(switch.name)
         lost = self._lost.pop(switch.name, [])

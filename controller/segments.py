@@ -140,3 +140,54 @@ def iteration_gap_us(packet_times_us, configured: int | None = None) -> tuple[in
     starts = silence > REPORT_GAP_US
     learned = learned_gap_us(zip(times[starts].tolist(), silence[starts].tolist()))
     return max(REPORT_GAP_US, round(learned)) if learned is not None else REPORT_GAP_US, "learned"
+
+
+@dataclass(frozen=True)
+class GapWriteConfig:
+    steady: int = 8            # reports a key's split must hold before it counts
+    raise_factor: float = 1.2  # write only a G this much above the one in force (G only rises)
+    starts: int = 16           # recent iteration starts per key whose silences bound G
+    margin: float = 1.5        # G stays this many times below the shortest silence before a start
+
+
+class LearnedGaps:
+    """Which G to write into the switch for a job whose G is learned, so that the switch itself stops
+    reporting the silences inside an iteration (each a digest, and a chance to take a sub-burst for a
+    start). Per (switch, job): the smallest split of the job's keys that have held one for `steady`
+    reports, and never closer than `margin` to the shortest silence before an iteration start at any of
+    its keys (a port whose silences form one group is all iteration starts: a G above them would merge
+    its iterations). G only rises: the silences under a written G are no longer seen."""
+
+    def __init__(self, config: GapWriteConfig | None = None):
+        self.config = config or GapWriteConfig()
+        self._steady: dict = {}
+        self._split: dict = {}
+        self._starts: dict = {}
+        self.written: dict[tuple[str, int], int] = {}
+
+    def observe(self, key, idle_us: int | None, starts_iteration: bool, split_us: float | None) -> int | None:
+        """One report of `key` (a BurstKey): the G to write for its (switch, job) now, or None."""
+        cfg = self.config
+        if starts_iteration and idle_us is not None:
+            self._starts.setdefault(key, deque(maxlen=cfg.starts)).append(idle_us)
+        if split_us is None:
+            self._steady.pop(key, None)
+            self._split.pop(key, None)
+            return None
+        self._steady[key] = self._steady.get(key, 0) + 1
+        self._split[key] = split_us
+        mine = [k for k in self._split if (k.switch, k.job) == (key.switch, key.job)]
+        ready = [self._split[k] for k in mine if self._steady[k] >= cfg.steady]
+        shortest = [min(s) for k, s in self._starts.items() if (k.switch, k.job) == (key.switch, key.job) and s]
+        if not ready or not shortest:
+            return None
+        gap = round(min(min(ready), min(shortest) / cfg.margin))
+        if gap <= self.written.get((key.switch, key.job), REPORT_GAP_US) * cfg.raise_factor:
+            return None
+        self.written[(key.switch, key.job)] = gap
+        return gap
+
+    def forget_switch(self, switch: str) -> None:
+        for store in (self._steady, self._split, self._starts):
+            for key in [k for k in store if k.switch == switch]:
+                del store[key]

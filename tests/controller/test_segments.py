@@ -144,3 +144,28 @@ def test_an_iteration_of_many_sub_bursts_still_leaves_three_long_silences_in_the
     verdicts = [segmenter.starts_iteration(t, idle) for t, idle in trace]
     later = len(trace) // 3
     assert verdicts[later:] == truth[later:]
+
+
+def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_ports_iteration_silences():
+    from pcnlab.controller.bursts import BurstKey
+    from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass
+    from pcnlab.controller.segments import GapWriteConfig, LearnedGaps
+
+    gaps, ps, worker = LearnedGaps(), BurstKey("s1", 1, 1), BurstKey("s1", 2, 1)
+    writes = [gaps.observe(ps, 150_000, True, 50_000)] + [gaps.observe(ps, 15_000, False, 50_000) for _ in range(6)]
+    assert writes == [None] * 7                                    # not steady yet
+    assert gaps.observe(ps, 160_000, True, 51_000) == 51_000       # the 8th report with a split: written
+    assert gaps.observe(ps, 150_000, True, 55_000) is None         # within 1.2x of what is in force
+    # A port of the same job whose silences form one group, all iteration starts 45 ms apart: a G above
+    # them would merge its iterations, so G stays 1.5x below them.
+    other = LearnedGaps(GapWriteConfig(steady=1))
+    other.observe(worker, 45_000, True, None)
+    assert other.observe(ps, 150_000, True, 80_000) == 30_000
+    assert gaps.observe(BurstKey("s2", 1, 1), 15_000, False, None) is None   # no split: nothing to write
+    # The data plane: classes without a G of their own take the learned one; configured ones keep theirs.
+    config = DataPlaneConfig(switch_id=1, classes=(FlowClass(job=1, src="10.0.0.2/32"),
+                                                   FlowClass(job=1, src="10.0.0.3/32", burst_gap_us=20_000),
+                                                   FlowClass(job=2, src="10.0.0.4/32")))
+    learned, changed = config.with_learned_gap(1, 50_000)
+    assert [c.src for c in changed] == ["10.0.0.2/32"] and [c.gap_us for c in learned.classes] == [50_000, 20_000, REPORT_GAP_US]
+    assert learned.with_learned_gap(1, 50_000)[1] == []            # already in force: nothing to write
