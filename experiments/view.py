@@ -233,3 +233,29 @@ def write_view(path: Path | str, out: Path | str | None = None, decimation: Deci
     say(f"view: {target} ({len(views)} run(s), {records} queue records, {drawn} queue points drawn, "
         f"{target.stat().st_size / 1e6:.1f} MB, {time.monotonic() - started:.1f} s)")
     return target
+
+
+def run_views(runs: list[Path], say=print) -> list[Path]:
+    """Each run's own view.html, written where it is missing or older than the run's metrics.json (what
+    `pcnlab report` links); a run whose view fails is said in one line and skipped."""
+    written = []
+    for run in runs:
+        target, metrics = run / VIEW_FILE, run / "metrics.json"
+        if target.exists() and (not metrics.exists() or target.stat().st_mtime >= metrics.stat().st_mtime):
+            written.append(target)
+            continue
+        try:
+            written.append(write_view(run, target, say=lambda line: None))
+        except Exception as exc:  # noqa: BLE001 -- one run's view must not stop the report
+            say(f"(view of {run.name} skipped: {type(exc).__name__}: {exc})")
+    return written
+
+
+def view_links(folder: Path, views: list[Path]) -> str:
+    """report.md's section linking each run's view (paths relative to the sweep folder)."""
+    from urllib.parse import quote
+
+    lines = ["", "## Each run, interactive", "",
+             "Queues, marks, windows and iterations of each run (`pcnlab view RUN`; opens offline):", ""]
+    lines += [f"- [{v.parent.name}]({quote(str(v.relative_to(folder)), safe='/=,')})" for v in views]
+    return "\n".join(lines) + "\n"
