@@ -63,15 +63,15 @@ def _port_glyphs(fig: figure, port: PortView, view: RunView, top: float, shown: 
     for name, label in (("enq", "met on arrival"), ("deq", "left at departure")):
         out[label] = [fig.line("t", "depth", source=_source(getattr(port, name), name, tags=[view.name, *tags]),
                                color=COLOURS[name], line_width=1, alpha=1.0 if name == "enq" else 0.7,
-                               visible=shown, tags=tags)]
+                               visible=shown)]
     for name, label, lo, hi in (("windows", "pcn window (controller)", -1.2 * lane, -0.3 * lane),
                                 ("held", "K_pre held (switch flags)", -2.4 * lane, -1.5 * lane)):
         source = _source(getattr(port, name).assign(bottom=lo, top=hi), name, tags=[view.name, *tags])
         colour = COLOURS["window" if name == "windows" else "held"]
         bars = fig.quad(left="left", right="right", bottom="bottom", top="top", source=source, color=colour,
-                        alpha=0.6, visible=shown, tags=tags)
+                        alpha=0.6, visible=shown)
         shade = fig.quad(left="left", right="right", bottom=0, top=top * 1.08, source=source, color=colour,
-                         alpha=0.08, line_alpha=0, visible=shown, tags=tags)
+                         alpha=0.08, line_alpha=0, visible=shown)
         out[label] = [bars, shade]
         if name == "windows":
             fig.add_tools(HoverTool(renderers=[bars], tooltips=[("window", "@left{0.000000} to @right{0.000000} s"),
@@ -81,9 +81,11 @@ def _port_glyphs(fig: figure, port: PortView, view: RunView, top: float, shown: 
                "announced": ("triangle", 8, "pcn-host announcement")}
     for name, (marker, size, label) in markers.items():
         glyph = fig.scatter("t", "depth", source=_source(getattr(port, name), name, tags=[view.name, *tags]),
-                            marker=marker, size=size, color=COLOURS[name], line_width=1.5, visible=shown, tags=tags)
+                            marker=marker, size=size, color=COLOURS[name], line_width=1.5, visible=shown)
         fig.add_tools(HoverTool(renderers=[glyph], tooltips=[("what", label), *POINT_TIPS]))
         out[label] = [glyph]
+    for renderer in (r for rs in out.values() for r in rs):
+        renderer.tags = tags        # on the renderer (a glyph method's tags= would go to the glyph)
     return out
 
 

@@ -147,4 +147,4 @@ def viewed_sweep(tmp_path_factory) -> Path:
     reason = _why_no_bmv2()
     if reason:
         pytest.skip(reason)
-    return run_experiment(VIEWED, tmp_path_factory.mktemp("viewed"), "viewed")
+    return run_experiment(VIEWED, tmp_path_factory.mktemp("viewed"), "viewed") / "viewed"

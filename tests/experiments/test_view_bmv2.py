@@ -67,7 +67,7 @@ def test_the_view_of_a_real_run_draws_every_mark_and_window_and_jumps(viewed_swe
                                ".map(f => f.x_range.name)")
         assert len(linked) == 3 and set(linked) == {"time"}
         # The picker shows one port at a time: the bottleneck's first, then another's.
-        visible = ("[...Bokeh.documents[0].all_models].filter(m => m.type === 'GlyphRenderer' && m.visible)"
+        visible = ("[...Bokeh.documents[0].all_models].filter(m => m.type === 'GlyphRenderer' && m.visible && m.tags.length)"
                    ".map(r => r.tags[0])")
         assert set(page.evaluate(visible)) == {"s1 port 4"}
         page.evaluate("Bokeh.documents[0].get_model_by_name('port').value = 's2 port 1'")
