@@ -256,6 +256,13 @@ def run_report(path: Path, baseline: str | None = None, include_untrusted: bool 
         return report
     written = write_report(folder, report)
     if plots:
+        from pcnlab.experiments.view import run_views, view_links
+
+        views = run_views(paths, say=say)
+        if views:
+            with open(folder / "report.md", "a") as md:
+                md.write(view_links(folder, views))
+            written += views
         try:
             from pcnlab.experiments.plots import plot_sweep
 

@@ -141,6 +141,16 @@ def _cmd_queues(args) -> int:
     return 0
 
 
+def _cmd_view(args) -> int:
+    from pcnlab.experiments.view import write_view
+    from pcnlab.experiments.view_data import Decimation
+
+    if args.bins < 100:
+        raise UsageError(f"--bins {args.bins}: give at least 100 (time bins over the run; default 4000)")
+    write_view(Path(args.dir), args.out, Decimation(bins=args.bins))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pcnlab", description="PCN Lab: P4/Mininet testbed for DDL traffic")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the controller does")
@@ -213,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--margin-ms", type=float, default=20.0, help="how much before and after the burst (ms)")
     p.add_argument("--rows", type=int, default=60, help="rows to print at most")
     p.set_defaults(func=_cmd_queues)
+
+    p = sub.add_parser("view", help="one self-contained HTML file to look at a run (or a sweep's runs side by "
+                       "side): queues, marks, windows, iterations, background throughput")
+    p.add_argument("dir", help="a run folder, or results/<experiment>[/<timestamp>|/latest] for its sweep")
+    p.add_argument("--out", help="the HTML file to write (default: view.html in the run's or sweep's folder)")
+    p.add_argument("--bins", type=int, default=4000, help="time bins over the run whose queue extremes are drawn "
+                   "away from iteration starts and windows (default 4000)")
+    p.set_defaults(func=_cmd_view)
 
     p = sub.add_parser("controller", help="run the controller alone against running switches")
     p.add_argument("--topology", required=True, help="the folder of a running network: a run in progress "

@@ -20,6 +20,9 @@ fi
 pkgs="mininet bridge-utils iperf3 iputils-ping tcpdump ethtool iproute2 nftables procps util-linux python3-venv python3-thrift python3-dev gcc make podman runc debootstrap debian-archive-keyring"
 # podman runs a job's ranks in containers (image:); runc is its runtime on cgroup v1 (crun, podman's
 # default, refuses hybrid mode); debootstrap and Debian's keyring make the worker image's base (make image).
+# Headless Chromium loads `pcnlab view`'s HTML in the tests and the benchmark (tests/pcnlab/test_view.py):
+# Debian's package is chromium; Ubuntu's is chromium-browser (which installs the snap).
+if [ "${ID:-}" = ubuntu ]; then pkgs="$pkgs chromium-browser"; else pkgs="$pkgs chromium"; fi
 # nftables closes BMv2's thrift ports to everything but loopback during a run (topologies/control_ports.py).
 missing=$(for p in $pkgs; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done | tr '\n' ' ')
 if [ -n "${missing// /}" ]; then
@@ -56,7 +59,7 @@ if [ ! -x .venv/bin/python ]; then
   $SYSPY -m venv --system-site-packages .venv
 fi
 stamp=.venv/.pcnlab-deps
-if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c "import torch, finsy, scapy, yaml, pandas, matplotlib, scipy, pyarrow, sklearn, pytest, pcnlab" 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c "import torch, finsy, scapy, yaml, pandas, matplotlib, scipy, pyarrow, sklearn, pytest, bokeh, nbclient, ipykernel, pcnlab" 2>/dev/null; then
   say ".venv up to date"
 else
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
@@ -72,7 +75,7 @@ else
     say "installing PyTorch 2.13.0 into .venv from ${torch_index:-the default index (CUDA build: an NVIDIA driver is here)}"
     .venv/bin/python -m pip install -q ${torch_index:+--index-url "$torch_index"} "torch==2.13.0"
   fi
-  say "installing the project and its Python packages into .venv (finsy, scapy, pyyaml, pandas, matplotlib, scipy, pyarrow, scikit-learn, pytest)"
+  say "installing the project and its Python packages into .venv (finsy, scapy, pyyaml, pandas, matplotlib, scipy, pyarrow, scikit-learn, bokeh, pytest, nbclient, ipykernel)"
   .venv/bin/python -m pip install -q -e ".[dev]"
   touch "$stamp"
 fi

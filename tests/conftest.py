@@ -121,3 +121,30 @@ def run_experiment(text: str, results: Path, name: str, timeout: float = 300) ->
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results / name
+
+
+VIEWED = """
+name: viewed
+topology: {kind: dumbbell, left: 3, right: 1, bw: 20, bottleneck_bw: 10, queue: 60}
+mode: {kind: ecn, K: 20, K_pre: 5}
+telemetry: 1
+jobs:
+  - {name: gen, kind: generator, pattern: ps, ps: h4, workers: [h1, h2], burst_bytes: 30000, reply_bytes: 0,
+     period_ms: 300, iterations: 16, burst_gap_us: 20000}
+background:
+  - {src: h3, dst: h4}
+duration_s: 6
+warmup_s: 1
+sweep:
+  mode: [ecn, pcn]
+"""
+
+
+@pytest.fixture(scope="session")
+def viewed_sweep(tmp_path_factory) -> Path:
+    """One short real BMv2 sweep (ecn, pcn; 6 s each, telemetry on every packet) that the view's tests
+    and the example notebook's share: its results/<experiment> folder."""
+    reason = _why_no_bmv2()
+    if reason:
+        pytest.skip(reason)
+    return run_experiment(VIEWED, tmp_path_factory.mktemp("viewed"), "viewed") / "viewed"

@@ -110,6 +110,10 @@ def test_differences_against_the_baseline_match_welch(sweep, capsys):
     assert "| start queue (pkts) | mode=droptail | 3 |" in (sweep / "report.md").read_text()
     for name in ("bct-cdf.png", "iterations.png", "headline.png", "peak-to-mean.png"):
         assert (sweep / name).stat().st_size > 10_000, name
+    # ... and links each run's interactive view (pcnlab view), written beside the run's files.
+    for run in sorted(p for p in sweep.iterdir() if p.is_dir()):
+        assert f"- [{run.name}]({run.name}/view.html)" in (sweep / "report.md").read_text()
+        assert "<!DOCTYPE html>" in (run / "view.html").read_text()
 
 
 def test_student_t_for_every_degree_of_freedom():

@@ -80,3 +80,12 @@ def test_port_in_use_is_one_line(tmp_path):
     # The failed run says why in its folder, and nothing of it is left running.
     status = next(Path(tmp_path).glob("slice/*/*/status.json")).read_text()
     assert '"failed"' in status and "in use" in status
+
+
+def test_view_of_nothing_is_one_line(tmp_path):
+    proc = run_pcnlab(["view", str(tmp_path / "missing")])
+    assert_one_line_error(proc, "does not exist; give a results folder", code=2)
+    proc = run_pcnlab(["view", str(tmp_path)])
+    assert_one_line_error(proc, "no runs under", code=2)
+    proc = run_pcnlab(["view", str(tmp_path), "--bins", "3"])
+    assert_one_line_error(proc, "--bins 3: give at least 100", code=2)
