@@ -3,9 +3,16 @@
 The standing queue a burst would meet is what iteration starts met when no window was open for them
 (uncovered). The first lead drains it at the port's rate and gives the background one RTT under that
 queue to hear the marks: 2 x queue / rate + the base RTT. From then on the switch says whether the lead
-was enough: an iteration start inside a window that still met more than K_pre packets makes the lead
-longer (x grow); one that met K_pre or fewer lets it shrink a little (x shrink), so the lead settles
-where the queue just reaches K_pre, within [min_lead_us, max_share x the period]. A port whose
+was enough: an iteration start inside a window that still met more than the target makes the lead
+longer (x grow); one that met the target or fewer lets it shrink a little (x shrink), so the lead
+settles where a covered start just meets the target, within [min_lead_us, max_share x the period].
+
+The target is aim x K_pre (5 packets) while the lead is shorter than reach x the first lead, and K_pre
+beyond it: the first lead is about what a host announcing two RTTs ahead (pcn-host) gives under the
+standing queue, and where many flows keep the queue near K_pre however long it is held (pcn-paper's
+six), a longer one would hold K_pre for little. Measured on pcn-training (docs/results.md): covered
+starts met 6.5-6.8 packets with this target, against about K_pre aimed at K_pre alone; twice the first
+lead met no fewer (6.6-6.9) and held windows open 20 % of the time instead of 14 %. A port whose
 standing queue is K_pre or less has nothing to drain: no window is needed there.
 """
 
@@ -22,8 +29,10 @@ from pcnlab.controller.dataplane import K_PRE
 class LeadConfig:
     k_pre: int = K_PRE
     rtt_us: int = 1000            # the base RTT (no queue) of the background senders
-    grow: float = 1.5             # a covered start above K_pre: the lead was too short
-    shrink: float = 0.9           # a covered start at or below K_pre: try a little less
+    grow: float = 1.5             # a covered start above the target: the lead was too short
+    shrink: float = 0.9           # a covered start at or below the target: try a little less
+    aim: float = 0.5              # a covered start's target: aim x K_pre packets while the lead is
+    reach: float = 1.0            # under reach x the first lead (about a host's announcement); K_pre beyond
     min_lead_us: int = 1000
     max_share: float = 0.3        # of the period: the lead never holds K_pre longer than this
     history: int = 8              # uncovered starts behind the standing-queue estimate
@@ -66,7 +75,14 @@ class LeadTracker:
             return
         if self.lead_us is None:
             return
-        self.lead_us *= cfg.grow if queue_pkts > cfg.k_pre else cfg.shrink
+        self.lead_us *= cfg.grow if queue_pkts > self.target_pkts else cfg.shrink
+
+    @property
+    def target_pkts(self) -> float:
+        """The queue a covered start should meet at the present lead."""
+        cfg = self.config
+        first = initial_lead_us(self.standing_pkts or 0, self.rate_pps, cfg.rtt_us)
+        return cfg.aim * cfg.k_pre if (self.lead_us or 0) < cfg.reach * first else cfg.k_pre
 
     def lead(self, period_us: float) -> int:
         """The lead to plan with now, bounded."""

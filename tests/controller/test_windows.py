@@ -8,7 +8,7 @@ import random
 import pytest
 
 from burst_traces import T0, lattice, renewal, reports, with_sub_bursts
-from pcnlab.controller.lead import initial_lead_us
+from pcnlab.controller.lead import LeadConfig, LeadTracker, initial_lead_us
 from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
 from pcnlab.controller.core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, Window, WindowPlanner, open_intervals, plan_window, union_us
@@ -259,3 +259,37 @@ def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
     assert planner.tracker(KEY).lead_us == lead * 1.5  # covered, still above K_pre: the lead grows
     # A window removed before the start (stale, replaced) did not cover it.
     assert planner.covering(KEY, arm.window.end_us + 10) == []
+
+
+def _settle(met, rounds=60):
+    """Drive one key's learned lead with `met(elapsed_us)`: the queue a start meets after its window
+    had been open that long (40 packets when no window was open). Returns (lead after it, queue met)
+    for each start."""
+    period = 1_000_000
+    scheduler = WindowScheduler(planner=WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000, rtt_us=1000)))
+    t, steps = T0, []
+    for _ in range(rounds):
+        open_for = [t - w.start_us for w in scheduler.planner.armed(KEY) if w.contains(t)]
+        queue = met(max(open_for)) if open_for else 40
+        scheduler.on_report(BurstReport("s1", 2, 1, t, queue))
+        steps.append((scheduler.planner.tracker(KEY).lead_us, queue))
+        t += period
+    return steps
+
+
+def test_learned_lead_aims_below_k_pre_up_to_the_first_lead():
+    """Where a longer window drains the queue further (two flows), the lead grows until covered starts
+    meet half of K_pre, as long as it stays shorter than the first lead (81 ms here, about a host's
+    announcement); where the queue stays near K_pre however long the window (many flows), the lead
+    stops about there instead of growing to its bound."""
+    host = initial_lead_us(40, 1000, 1000)
+    drains = _settle(lambda open_us: 12 if open_us < 30_000 else 8 if open_us < 60_000 else 4)[-20:]
+    assert sum(queue <= 5 for _, queue in drains) >= 15 and all(lead <= 1.5 * host for lead, _ in drains)
+    stuck = _settle(lambda open_us: 12 if open_us < 30_000 else 8)[-20:]
+    assert all(queue <= 10 for _, queue in stuck) and all(lead <= 1.5 * host for lead, _ in stuck)
+    # Aimed at K_pre alone (as before), the lead would settle where starts just meet K_pre: 8 packets.
+    old = LeadTracker(1000, LeadConfig(k_pre=10, rtt_us=1000, aim=1.0))
+    old.observe(40, covered=False)
+    for _ in range(30):
+        old.observe(4 if old.lead_us >= 60_000 else 8 if old.lead_us >= 30_000 else 12, covered=True)
+    assert old.lead_us < 60_000
