@@ -73,7 +73,9 @@ def test_with_the_hook_every_per_iteration_metric_is_there(module_results):
         lines = [json.loads(x) for x in (run / "jobs" / "ddp" / f"rank{rank}-{host}.jsonl").read_text().splitlines()]
         its = [r for r in lines if r["type"] == "iteration"]
         assert [r["iter"] for r in its] == list(range(STEPS))
-        assert all(r["comm_start_ns"] - r["compute_start_ns"] >= 100e6 for r in its)   # --compute-ms 100
+        # --compute-ms 100 pads from just before the forward, where the hook's compute starts: a loaded
+        # machine may take a few ms between the two (>= 100 ms failed twice in full suites with other load).
+        assert all(r["comm_start_ns"] - r["compute_start_ns"] >= 90e6 for r in its)
     table = pd.read_csv(run / "iterations.csv")
     assert len(table) >= STEPS - 1 and table[["start_queue", "bct_ms", "ddl_mbps"]].notna().all().all()
     assert metrics["iterations"]["consistent"]
