@@ -2,10 +2,11 @@
 server) to look at a run, or at a sweep's runs side by side.
 
 Per run, a column whose plots share one time axis (seconds on the host clock from the run's first
-record): a tab per switch port with the queue met on arrival and left at departure, CE marks, early
-drops, pcn-host announcements, the controller's pcn windows and the spans the switch held K_pre; each
-process's iterations from its own log; the background flows' throughput. Above them, a box that moves
-every run's axis to iteration N. What is thinned and what never is: experiments/view_data.py.
+record): the queue at the switch port picked above the plots, met on arrival and left at departure,
+CE marks, early drops, pcn-host announcements, the controller's pcn windows and the spans the switch
+held K_pre; each process's iterations from its own log; the background flows' throughput. Above
+them, a box that moves every run's axis to iteration N. What is thinned and what never is:
+experiments/view_data.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ fi
 pkgs="mininet bridge-utils iperf3 iputils-ping tcpdump ethtool iproute2 nftables procps util-linux python3-venv python3-thrift python3-dev gcc make podman runc debootstrap debian-archive-keyring"
 # podman runs a job's ranks in containers (image:); runc is its runtime on cgroup v1 (crun, podman's
 # default, refuses hybrid mode); debootstrap and Debian's keyring make the worker image's base (make image).
-# Headless Chromium loads `pcnlab view`'s HTML in the tests and the benchmark (tests/pcnlab/test_view.py):
+# Headless Chromium loads `pcnlab view`'s HTML in the tests and the benchmark (tests/experiments/test_view_bmv2.py):
 # Debian's package is chromium; Ubuntu's is chromium-browser (which installs the snap).
 if [ "${ID:-}" = ubuntu ]; then pkgs="$pkgs chromium-browser"; else pkgs="$pkgs chromium"; fi
 # nftables closes BMv2's thrift ports to everything but loopback during a run (topologies/control_ports.py).
