@@ -11,20 +11,22 @@ import finsy as fy
 
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.errors import UsageError
+from pcnlab.p4src.facts import program_facts
 
 MODES = ("droptail", "ecn", "pcn", "pcn-host")
 K, K_PRE = 40, 10   # the default thresholds (packets): ECN marking, and background's while a burst is expected
 K_PRE_MODES = ("pcn", "pcn-host")   # the modes with a lower threshold K_pre for background (the others ignore it)
-MAX_PORTS = 64          # as in p4src/headers.p4
-MAX_JOBS = 16           # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)
+FACTS = program_facts()  # generated from p4src/ by `make p4` (p4src/facts.py)
+MAX_PORTS = FACTS["MAX_PORTS"]
+MAX_JOBS = FACTS["MAX_JOBS"]   # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)
 MAX_JOB_ID = MAX_JOBS - 1
 MAX_QDEPTH = (1 << 19) - 1
 MAX_BURST_GAP_US = (1 << 32) - 1
 MAX_PAYLOAD = (1 << 16) - 1
 MAX_TELEMETRY_EVERY = (1 << 32) - 1   # telemetry_every: a bit<32> of every port_mode action
 BURST_DIGEST = "burst_digest_t"
-CLASS_BACKGROUND, CLASS_DDL = 0, 1
-CLASS_NAMES = {CLASS_BACKGROUND: "background", CLASS_DDL: "ddl"}
+CLASS_BACKGROUND, CLASS_DDL = FACTS["CLASS_BACKGROUND"], FACTS["CLASS_DDL"]
+CLASS_NAMES = {value: name.lower() for name, value in FACTS.prefixed("CLASS_").items()}
 
 
 def k_pre_fits(mode: str, k: int, k_pre: int) -> bool:

@@ -6,13 +6,19 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-ETHERTYPE_PCN_TELEMETRY = 0x88B5
-# seq, switch_id, egress_port, class, job, flags, reserved, ingress_ts (hi16, lo32), egress_ts (hi16,
-# lo32), enq_qdepth, deq_qdepth, queue_delay, packet_length, payload_length, src_host, dst_host: 44 bytes.
-RECORD = struct.Struct("!IHHBBBBHIHIIIIHHHH")
-ETH_HEADER = 14
+from pcnlab.p4src.facts import program_facts
 
-FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START, FLAG_IN_WINDOW, FLAG_ECT, FLAG_ANNOUNCE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+FACTS = program_facts()   # generated from p4src/ by `make p4` (p4src/facts.py)
+ETHERTYPE_PCN_TELEMETRY = FACTS["ETHERTYPE_PCN_TELEMETRY"]
+# One struct code per field of telemetry_h in its order; a 48-bit timestamp is two (hi16, lo32).
+_CODES = {8: "B", 16: "H", 32: "I", 48: "HI"}
+RECORD = struct.Struct("!" + "".join(_CODES[f.bits] for f in FACTS.telemetry))
+FIELDS = tuple(f.name for f in FACTS.telemetry)
+ETH_HEADER = 14
+_ETHERTYPE_BYTES = ETHERTYPE_PCN_TELEMETRY.to_bytes(2, "big")
+
+FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START = FACTS["TEL_MARKED"], FACTS["TEL_DROPPED"], FACTS["TEL_BURST_START"]
+FLAG_IN_WINDOW, FLAG_ECT, FLAG_ANNOUNCE = FACTS["TEL_IN_WINDOW"], FACTS["TEL_ECT"], FACTS["TEL_ANNOUNCE"]
 
 COLUMNS = ("host_ns", "switch", "seq", "port", "class", "job", "ingress_us", "egress_us", "enq_qdepth",
            "deq_qdepth", "queue_delay_us", "packet_length", "payload_bytes", "src_host", "dst_host", "marked",
@@ -69,9 +75,17 @@ class TelemetryRecord:
                 int(self.burst_start), int(self.in_window), int(self.ect), int(self.announce))
 
 
+# decode_frame unpacks by position, for speed: a record laid out otherwise stops here, not in a collector.
+_DECODED = ("seq", "switch_id", "egress_port", "traffic_class", "job", "flags", "reserved", "ingress_ts",
+            "egress_ts", "enq_qdepth", "deq_qdepth", "queue_delay", "packet_length", "payload_length",
+            "src_host", "dst_host")
+if FIELDS != _DECODED:
+    raise ImportError(f"p4src's telemetry_h is now {FIELDS}; controller/telemetry.py decodes {_DECODED}: update it")
+
+
 def decode_frame(frame: bytes) -> TelemetryRecord | None:
     """The record in an Ethernet frame, or None if the frame is not one."""
-    if len(frame) < ETH_HEADER + RECORD.size or frame[12:14] != b"\x88\xb5":
+    if len(frame) < ETH_HEADER + RECORD.size or frame[12:14] != _ETHERTYPE_BYTES:
         return None
     (seq, switch_id, port, cls, job, flags, _, in_hi, in_lo, eg_hi, eg_lo, enq, deq, delay, length,
      payload, src, dst) = RECORD.unpack_from(frame, ETH_HEADER)

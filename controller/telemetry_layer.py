@@ -3,24 +3,18 @@ captures. The collector decodes with `struct` (telemetry.py) because scapy is to
 
 from __future__ import annotations
 
-from scapy.fields import BitField, ByteField, IntField, ShortField, XByteField
+from scapy.fields import BitField
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from pcnlab.controller.telemetry import ETHERTYPE_PCN_TELEMETRY
+from pcnlab.controller.telemetry import ETHERTYPE_PCN_TELEMETRY, FACTS
 
 
 class PcnTelemetry(Packet):
     """Scapy's view of the same record."""
 
     name = "PCN telemetry"
-    fields_desc = [
-        IntField("seq", 0), ShortField("switch_id", 0), ShortField("egress_port", 0),
-        ByteField("traffic_class", 0), ByteField("job", 0), XByteField("flags", 0), ByteField("reserved", 0),
-        BitField("ingress_ts", 0, 48), BitField("egress_ts", 0, 48), IntField("enq_qdepth", 0),
-        IntField("deq_qdepth", 0), IntField("queue_delay", 0), ShortField("packet_length", 0),
-        ShortField("payload_length", 0), ShortField("src_host", 0), ShortField("dst_host", 0),
-    ]
+    fields_desc = [BitField(f.name, 0, f.bits) for f in FACTS.telemetry]   # telemetry_h, generated
 
 
 bind_layers(Ether, PcnTelemetry, type=ETHERTYPE_PCN_TELEMETRY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -33,13 +34,17 @@ def _cmd_clean(args) -> int:
 
 
 def _cmd_p4(args) -> int:
-    from pcnlab.p4src import BUILD_DIR, P4SRC_DIR, PROGRAMS
+    from pcnlab.p4src import BUILD_DIR, MAIN_SOURCE, P4SRC_DIR, PROGRAMS, facts, wireshark
     from pcnlab.toolchain import compile_p4, p4c_version
 
     version = p4c_version()
     for main in PROGRAMS:
         json_path, p4info = compile_p4(P4SRC_DIR, main, BUILD_DIR)
         print(f"compiled {P4SRC_DIR / main} with {version} -> {json_path.name}, {p4info.name}")
+        if main == MAIN_SOURCE:
+            written = facts.write(P4SRC_DIR, json_path, BUILD_DIR / facts.FACTS_FILE)
+            wireshark.DISSECTOR.write_text(wireshark.dissector(facts.parse(json.loads(written.read_text()))))
+            print(f"generated {written.name} and {wireshark.DISSECTOR.relative_to(P4SRC_DIR.parent)} from it")
     return 0
 
 

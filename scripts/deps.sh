@@ -23,6 +23,8 @@ pkgs="mininet bridge-utils iperf3 iputils-ping tcpdump ethtool iproute2 nftables
 # Headless Chromium loads `pcnlab view`'s HTML in the tests and the benchmark (tests/experiments/test_view_bmv2.py):
 # Debian's package is chromium; Ubuntu's is chromium-browser (which installs the snap).
 if [ "${ID:-}" = ubuntu ]; then pkgs="$pkgs chromium-browser"; else pkgs="$pkgs chromium"; fi
+# tshark runs the generated Wireshark dissector in the tests (tests/controller/test_wireshark_dissector.py).
+pkgs="$pkgs tshark"
 # nftables closes BMv2's thrift ports to everything but loopback during a run (topologies/control_ports.py).
 missing=$(for p in $pkgs; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done | tr '\n' ' ')
 if [ -n "${missing// /}" ]; then
