@@ -130,3 +130,26 @@ def test_a_lag_learned_while_the_period_was_short_is_forgotten_when_it_gives_no_
         models.observe_start(BurstReport("s1", neighbour.port, 1, t - 16_000, 0), None)
         models.observe_start(BurstReport("s1", target.port, 1, t, 0), None)
     assert models.chosen(target) == RHYTHM and models.errors(target, FIRST) == []
+
+
+def test_a_chosen_pair_whose_cause_moves_too_close_is_scored_by_its_forecasts_and_given_up():
+    """A ring-like port and its neighbour: first the neighbour starts 40 ms after the port (a cause a
+    period ahead: the pair is learned and chosen), then 5 ms before it (too close to be learned from).
+    The pair still forecasts one old lag after each close start, 40-60 ms before the next one; scored
+    by those forecasts it is given up for the rhythm within a few starts."""
+    chains = ChainModels()
+    port, neighbour = BurstKey("s1", 1, 1), BurstKey("s1", 3, 1)
+    rng, t, period = random.Random(3), T0, 250_000
+    for i in range(60):
+        offset = 40_000 if i < 30 else -5_000
+        period = 250_000 if i < 30 else 275_000      # the period grows too
+        starts = sorted([(t, port), (t + offset, neighbour)])
+        for at, key in starts:
+            report = BurstReport(key.switch, key.port, key.job, at, 20)
+            # The rhythm forecasts the port one period after its last start, within 3 ms.
+            chains.observe_start(report, t + rng.randint(-3_000, 3_000) if key == port and i else None)
+            chains.on_cause(report)
+        if i == 29:
+            assert chains.chosen(port) in {"3", FIRST}
+        t += period
+    assert chains.chosen(port) == RHYTHM
