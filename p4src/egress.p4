@@ -1,23 +1,21 @@
 /* Egress: the port's mode (drop-tail, ECN at K, PCN pre-drain window, pcn-host announcements), which
  * also carries the switch's telemetry settings (one table for both: each table costs BMv2 per packet),
- * the per-port/class counters of what left, and queue telemetry as truncated clones to the collector. */
+ * and the per-port/class counters of what left; queue telemetry (telemetry.p4) samples what it decided. */
 #ifndef PCN_EGRESS_P4
 #define PCN_EGRESS_P4
 
-#include "payload.p4"
+#include "telemetry.p4"
 
 #define PKT_INSTANCE_NORMAL 0
 #define PKT_INSTANCE_EGRESS_CLONE 2
 
 control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
-    register<bit<32>>(MAX_PORTS) telemetry_countdown;
-    register<bit<32>>(1) telemetry_seq;
-
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) tx_port_class;
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) marked_port_class;
     counter(PORT_CLASS_SLOTS, CounterType.packets_and_bytes) dropped_port_class;
 
-    PayloadLength() payload;
+    TelemetrySample() sample;
+    TelemetryRecord() record;
 
     /* Every mode's first three parameters: the switch's id and its telemetry (clone 1 in N packets of
      * this port to the collector's clone session; N = 0: none). */
@@ -94,29 +92,7 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
 
     apply {
         if (std.instance_type == PKT_INSTANCE_EGRESS_CLONE) {
-            /* A telemetry clone: replace the packet by the record of the original. */
-            hdr.telemetry.setValid();
-            hdr.telemetry.seq = meta.tel.seq;
-            hdr.telemetry.switch_id = meta.switch_id;
-            hdr.telemetry.egress_port = meta.tel.egress_port;
-            hdr.telemetry.traffic_class = meta.tel.traffic_class;
-            hdr.telemetry.job = meta.tel.job;
-            hdr.telemetry.flags = meta.tel.flags;
-            hdr.telemetry.ingress_ts = meta.tel.ingress_ts;
-            hdr.telemetry.egress_ts = meta.tel.egress_ts;
-            hdr.telemetry.enq_qdepth = meta.tel.enq_qdepth;
-            hdr.telemetry.deq_qdepth = meta.tel.deq_qdepth;
-            hdr.telemetry.queue_delay = meta.tel.queue_delay;
-            hdr.telemetry.packet_length = meta.tel.packet_length;
-            hdr.telemetry.payload_length = meta.tel.payload_length;
-            hdr.telemetry.src_host = meta.tel.src_host;
-            hdr.telemetry.dst_host = meta.tel.dst_host;
-            hdr.ethernet.dst = 0xffffffffffff;
-            hdr.ethernet.ether_type = ETHERTYPE_PCN_TELEMETRY;
-            hdr.ipv4.setInvalid();
-            hdr.l4.setInvalid();
-            hdr.tcp.setInvalid();
-            truncate(TELEMETRY_FRAME_BYTES);
+            record.apply(hdr, meta);   /* a telemetry clone: the record of the original instead */
             return;
         }
         if (!hdr.ipv4.isValid() || std.egress_port >= MAX_PORTS) {
@@ -161,38 +137,7 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         }
         port_queue_left.write((bit<32>)std.egress_port, (bit<32>)std.deq_qdepth);
 
-        /* Telemetry: a record of 1 in N packets per port. */
-        if (meta.telemetry_every != 0) {
-            bit<32> countdown;
-            telemetry_countdown.read(countdown, (bit<32>)std.egress_port);
-            if (countdown <= 1) {
-                countdown = meta.telemetry_every;
-                bit<32> seq;
-                telemetry_seq.read(seq, 0);
-                telemetry_seq.write(0, seq + 1);
-                meta.tel.seq = seq;
-                meta.tel.egress_port = (bit<16>)std.egress_port;
-                meta.tel.traffic_class = meta.traffic_class;
-                meta.tel.job = meta.job;
-                meta.tel.flags = flags;
-                meta.tel.ingress_ts = std.ingress_global_timestamp;
-                meta.tel.egress_ts = std.egress_global_timestamp;
-                meta.tel.enq_qdepth = (bit<32>)std.enq_qdepth;
-                meta.tel.deq_qdepth = (bit<32>)std.deq_qdepth;
-                meta.tel.queue_delay = std.deq_timedelta;
-                meta.tel.packet_length = (bit<16>)std.packet_length;
-                if (meta.traffic_class != CLASS_DDL) {  /* ingress measured DDL packets' already */
-                    payload.apply(hdr, meta.payload_length);
-                }
-                meta.tel.payload_length = meta.payload_length;
-                meta.tel.src_host = hdr.ipv4.src[15:0];
-                meta.tel.dst_host = hdr.ipv4.dst[15:0];
-                clone_preserving_field_list(CloneType.E2E, meta.telemetry_session, 1);
-            } else {
-                countdown = countdown - 1;
-            }
-            telemetry_countdown.write((bit<32>)std.egress_port, countdown);
-        }
+        sample.apply(hdr, meta, std, flags);
     }
 }
 
