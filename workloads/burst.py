@@ -96,10 +96,6 @@ def main(argv: list[str] | None = None) -> None:
     log.close("ok")
 
 
-def _reply_bytes(cfg: BurstConfig) -> int:
-    return cfg.burst_bytes if cfg.reply_bytes < 0 else cfg.reply_bytes
-
-
 def _announce_listener(cfg: BurstConfig, log: JsonLog, bind_addr: str) -> None:
     """Absorb (and log) PCN-START datagrams, so they cost the host no ICMP port-unreachable."""
     start_listener(log, bind_addr, cfg.port)
@@ -154,18 +150,18 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
     conns = accept_workers(cfg, log)
     ranks = sorted(conns)
     payloads = {r: _Payload(cfg.burst_bytes) for r in ranks}
-    replies = {r: _Payload(_reply_bytes(cfg)) for r in ranks}  # answers go out at once: one buffer each
+    replies = {r: _Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
     with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
         for it in range(cfg.iterations):
             got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
             recv_end = max(end for _, _, end in got)
             send_start = time.monotonic_ns()
-            list(pool.map(lambda r: replies[r].send(conns[r], it, _reply_bytes(cfg)), ranks))
+            list(pool.map(lambda r: replies[r].send(conns[r], it, cfg.reply_bytes), ranks))
             send_end = time.monotonic_ns()
             log.iteration(Iteration(
                 iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
                 comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
-                bytes_sent=_reply_bytes(cfg) * len(ranks), bytes_recv=sum(size for _, size, _ in got),
+                bytes_sent=cfg.reply_bytes * len(ranks), bytes_recv=sum(size for _, size, _ in got),
                 extra=dict(recv_end_ns=recv_end, send_start_ns=send_start,
                            first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)})))
     for sock in conns.values():
@@ -192,7 +188,6 @@ def accept_workers(cfg: BurstConfig, log: JsonLog, before_go=None) -> dict[int, 
         recv_exact(sock, memoryview(head))
         conns[HELLO.unpack(head)[0]] = sock
     server.close()
-    ranks = sorted(conns)
     if before_go is not None:
         before_go(conns)
     for sock in conns.values():  # everyone is here: iteration 0 starts together, like a real job
@@ -211,7 +206,7 @@ def join_ps(cfg: BurstConfig) -> socket.socket:
 def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
     sock = join_ps(cfg)
     udp = _udp(cfg)
-    payload = _Payload(max(cfg.burst_bytes, _reply_bytes(cfg)))
+    payload = _Payload(max(cfg.burst_bytes, cfg.reply_bytes))
     pacer = _Pacer(cfg)
     answered = time.monotonic_ns()
     for it in range(cfg.iterations):

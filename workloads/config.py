@@ -77,7 +77,7 @@ class BurstConfig:
     port: int = 5600                 # TCP data port (the PS's, or every ring worker's); UDP for PCN-START
     peers: str = ""                  # ring: the workers' addresses in rank order, comma-separated
     burst_bytes: int = BURST_BYTES
-    reply_bytes: int = -1            # what the PS answers each worker (-1: burst_bytes)
+    reply_bytes: int = BURST_BYTES   # what the PS answers each worker (the launcher resolves JobSpec's None)
     iterations: int = 10
     period_ms: float = 0.0           # bursts start every period (0: back to back after the compute gap)
     jitter_ms: float = 0.0           # each start moves by a uniform offset in [-jitter, +jitter]

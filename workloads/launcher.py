@@ -143,7 +143,7 @@ class Workloads:
                 role="ps" if label == "ps" else "worker", pattern=spec.pattern, rank=max(rank, 0),
                 workers=len(spec.workers), ps_addr=ip(spec.servers[0]) if spec.servers else "",
                 port=port, peers=",".join(ip(h) for h in spec.workers), burst_bytes=spec.burst_bytes,
-                reply_bytes=-1 if spec.reply_bytes is None else spec.reply_bytes, iterations=spec.iterations,
+                reply_bytes=spec.reply_size, iterations=spec.iterations,
                 period_ms=spec.period_ms, jitter_ms=spec.jitter_ms, compute_ms=spec.compute_ms, cc=spec.cc or "",
                 pcn_start=spec.pcn_start, pcn_lead_us=spec.pcn_lead_us, seed=spec.seed, timeout_s=spec.timeout_s,
                 log=str(log), job=spec.name, host=host, **ltp)

@@ -49,7 +49,7 @@ class JobSpec:
     # the burst generator
     pattern: str = "ps"
     burst_bytes: int = BURST_BYTES
-    reply_bytes: int | None = None   # None: burst_bytes
+    reply_bytes: int | None = None   # None (the YAML's null): burst_bytes (reply_size)
     period_ms: float = 0.0
     jitter_ms: float = 0.0
     pcn_start: bool = False          # every job kind: announce each burst (PCN-START) one lead ahead
@@ -130,6 +130,11 @@ class JobSpec:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise UsageError(f"job {self.name!r}: env name {name!r}: use letters, digits and '_', "
                                  f"not starting with a digit")
+
+    @property
+    def reply_size(self) -> int:
+        """What the PS answers each worker: reply_bytes, or burst_bytes where it is None."""
+        return self.burst_bytes if self.reply_bytes is None else self.reply_bytes
 
     @property
     def comm_pattern(self) -> str:

@@ -85,3 +85,13 @@ def test_host_level_settings_are_refused_on_loopback(tmp_path):
         Workloads(tmp_path).start_flows([FlowSpec("h1", "h2", ecn=True)])
     with pytest.raises(UsageError, match="congestion control is set per host"):
         Workloads(tmp_path).start_job(JobSpec(name="r", kind="ring", workers=("h1", "h2"), cc="cubic"))
+
+
+def test_a_reply_of_none_is_the_burst_size_and_one_number_crosses_into_the_process():
+    """reply_bytes has one 'same as the burst' spelling, None (the YAML's null), resolved by the spec;
+    the generator's process gets a number (no -1 sentinel)."""
+    same = JobSpec(name="g", kind="burst", servers=("h1",), workers=("h2",), burst_bytes=30_000)
+    assert same.reply_bytes is None and same.reply_size == 30_000
+    assert JobSpec(name="g", kind="burst", servers=("h1",), workers=("h2",), burst_bytes=30_000,
+                   reply_bytes=0).reply_size == 0
+    assert parse_config(BurstConfig, to_argv(BurstConfig(reply_bytes=same.reply_size))).reply_bytes == 30_000

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.burst import _Pacer, _Payload, _reply_bytes, _udp, _wait_and_announce, accept_workers, join_ps
+from pcnlab.workloads.burst import _Pacer, _Payload, _udp, _wait_and_announce, accept_workers, join_ps
 from pcnlab.workloads.config import BurstConfig
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.ltp.earlyclose import EarlyClose
@@ -43,7 +43,7 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
     conns = accept_workers(cfg, log, before_go=listen)
     ranks = sorted(conns)
     server = servers[0]
-    replies = {r: _Payload(_reply_bytes(cfg)) for r in ranks}  # answers go out at once: one buffer each
+    replies = {r: _Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
     try:
         with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
             for it in range(cfg.iterations):
@@ -52,13 +52,13 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
                 stats = closed.stats
                 server.release(it)
                 send_start = time.monotonic_ns()
-                list(pool.map(lambda r: replies[r].send(conns[r], it, _reply_bytes(cfg)), ranks))
+                list(pool.map(lambda r: replies[r].send(conns[r], it, cfg.reply_bytes), ranks))
                 send_end = time.monotonic_ns()
                 extra = {**stats}
                 log.iteration(Iteration(
                     iter=it, compute_start_ns=send_start, compute_end_ns=send_start,
                     comm_start_ns=stats["ltp_first_ns"] or comm_start, comm_end_ns=send_end,
-                    bytes_sent=_reply_bytes(cfg) * len(ranks), bytes_recv=extra.pop("bytes_recv"),
+                    bytes_sent=cfg.reply_bytes * len(ranks), bytes_recv=extra.pop("bytes_recv"),
                     extra=dict(recv_end_ns=stats["ltp_close_ns"], send_start_ns=send_start, transport="ltp", **extra)))
     finally:
         server.stop()
@@ -74,7 +74,7 @@ def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
     sender = LtpSender((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), cfg.rank, layout, seed=cfg.seed,
                        bind_addr=sock.getsockname()[0], idle_timeout_s=cfg.timeout_s)
     burst = np.zeros(layout.total, dtype=np.float32)
-    answer = _Payload(_reply_bytes(cfg))
+    answer = _Payload(cfg.reply_bytes)
     pacer = _Pacer(cfg)
     answered = time.monotonic_ns()
     try:
