@@ -20,7 +20,7 @@ from pcnlab.experiments import iterations as it
 from pcnlab.experiments import metrics as m
 from pcnlab.experiments.network_iterations import NETWORK, printed_iterations
 from pcnlab.files import write_json
-from pcnlab.results import RunData, load_run
+from pcnlab.results import RunData, load_run, on_port
 from pcnlab.topologies.routing import rate_mbps
 
 LEARNING = 5   # iterations a prediction needs before it can be held to cover every iteration (issue 12)
@@ -108,14 +108,14 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
         hit, starts = it.controller_coverage(events, neck)
         out["controller_coverage"] = hit / starts if starts else None
         out["controller_starts"] = starts
-        at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
+        at = run.queue[on_port(run.queue, neck[0], neck[1])]
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)
         out["windows"] = int(len(windows))
     if run.mode in ("pcn", "pcn-host"):
         # What the switch itself did: the share of the run the bottleneck held K_pre for background, as
         # its packets saw it (for pcn-host, the only measure of what its announcements cost).
-        at = run.queue[(run.queue["switch"] == neck[0]) & (run.queue["port"] == neck[1])]
+        at = run.queue[on_port(run.queue, neck[0], neck[1])]
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["k_pre_held_share"] = it.held_share(it.flagged_windows(run.queue, neck), span)
     return out
@@ -210,7 +210,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
             table = it.per_iteration(attributed, queue, neck, rate, every, it.min_payloads(run.jobs))
             if run.mode == "pcn":
                 table["covered"] = it.covered(table, it.window_intervals(run.events), neck)
-            at = queue[(queue["switch"] == neck[0]) & (queue["port"] == neck[1])]
+            at = queue[on_port(queue, neck[0], neck[1])]
             span = (float(queue["ingress_ns"].min()), float(queue["ingress_ns"].max()))
             out["bottleneck"] = {"switch": neck[0], "port": neck[1], "rate_pps": rate,
                                  "rate_mbps": rate_mbps(rate) if rate else None}

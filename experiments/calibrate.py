@@ -35,7 +35,7 @@ from pcnlab.errors import PcnLabError
 from pcnlab.experiments.calibration import save_calibration
 from pcnlab.experiments.config.runs import FidelityConfig
 from pcnlab.experiments.fidelity import backlogged_rate, cpu_figures, processing_lag_us
-from pcnlab.experiments.rundir import RunFolder, timestamp
+from pcnlab.experiments.rundir import RunFolder
 from pcnlab.experiments.sampler import CpuSampler
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.routing import FRAME_BYTES, rate_pps

@@ -45,7 +45,7 @@ from pcnlab.experiments.metrics import json_safe
 from pcnlab.experiments.schedule import rate_timeline
 from pcnlab.files import write_json
 from pcnlab.jsonlines import read_json_lines
-from pcnlab.results import RunData
+from pcnlab.results import RunData, on_port
 from pcnlab.topologies.routing import rate_mbps
 
 # Idle processing lag p95 when the machine was never calibrated: about what `pcnlab calibrate` measured
@@ -298,7 +298,7 @@ def _port_checks(run: RunData, queue: pd.DataFrame, limits: FidelityConfig, reas
     (BMv2 fixes a packet's departure when it is queued)."""
     ports = []
     for (switch, port), steps in sorted(rate_timeline(run.events, run.port_rates).items()):
-        at = queue[(queue["switch"] == switch) & (queue["port"] == port)]
+        at = queue[on_port(queue, switch, port)]
         seqs = queue.loc[queue["switch"] == switch, "seq"].to_numpy()
         for i, (since_ns, rate) in enumerate(steps):
             until_ns = steps[i + 1][0] if i + 1 < len(steps) else None

@@ -19,6 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from pcnlab.results import on_port
 from pcnlab.topologies.routing import FRAME_BYTES
 
 ITERATION_COLUMNS = ("job", "iteration", "workers", "first_in_us", "last_out_us", "first_in_ns", "start_queue",
@@ -77,10 +78,10 @@ def per_iteration(attributed: pd.DataFrame, queue: pd.DataFrame, port: tuple[str
     opens each ring all-reduce with 48-byte control messages 25-35 ms before the gradients, and
     taking those for the start judged the controller's windows against a packet no window is for
     (the iteration's first packet of any size, if none is that large)."""
-    at = attributed[(attributed["switch"] == port[0]) & (attributed["port"] == port[1])]
+    at = attributed[on_port(attributed, port[0], port[1])]
     if at.empty:
         return pd.DataFrame(columns=ITERATION_COLUMNS)
-    background = queue[(queue["switch"] == port[0]) & (queue["port"] == port[1]) & (queue["class"] == "background")
+    background = queue[on_port(queue, port[0], port[1]) & (queue["class"] == "background")
                        & (queue["dropped"] == 0)].sort_values("egress_us")
     bg_t = background["egress_us"].to_numpy()
     bg_bytes = np.concatenate([[0], np.cumsum(background["packet_length"].to_numpy())])
@@ -164,7 +165,7 @@ def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -
     been written before it and not yet removed. Judged in the switch's clock, as the controller judges
     its own reports (the arm and disarm decisions carry their switch time), so no clock map between
     the switch and the host enters; older event logs fall back to host times."""
-    w = windows[(windows["switch"] == port[0]) & (windows["port"] == port[1])]
+    w = windows[on_port(windows, port[0], port[1])]
     switch_clock = "armed_us" in w and w["armed_us"].notna().all()
     flags = []
     for r in table.itertuples():
@@ -184,7 +185,7 @@ def controller_coverage(events: pd.DataFrame, port: tuple[str, int]) -> tuple[in
     prediction near it, so there it undercounts)."""
     if events.empty or "type" not in events or "kind" not in events:
         return 0, 0
-    here = events[(events["switch"] == port[0]) & (events["port"] == port[1])]
+    here = events[on_port(events, port[0], port[1])]
     starts = here[(here["type"] == "report") & (here["kind"] != "sub-burst")]
     if "covered" in starts and starts["covered"].notna().all():
         return int(starts["covered"].astype(bool).sum()), int(len(starts))
@@ -195,7 +196,7 @@ def controller_coverage(events: pd.DataFrame, port: tuple[str, int]) -> tuple[in
 
 def open_share(windows: pd.DataFrame, port: tuple[str, int], clock, span_us: tuple[int, int]) -> float:
     """The share of `span_us` (switch clock) during which a written window of `port` was open."""
-    w = windows[(windows["switch"] == port[0]) & (windows["port"] == port[1])]
+    w = windows[on_port(windows, port[0], port[1])]
     if w.empty or span_us[1] <= span_us[0]:
         return 0.0
     armed = clock.to_switch_us(w["armed_ns"].to_numpy())
@@ -221,7 +222,7 @@ def prediction_errors(table: pd.DataFrame, events: pd.DataFrame, port: tuple[str
     than that field, the host clock."""
     if events.empty or "type" not in events:
         return []
-    pred = events[(events["type"] == "prediction") & (events["switch"] == port[0]) & (events["port"] == port[1])]
+    pred = events[(events["type"] == "prediction") & on_port(events, port[0], port[1])]
     if pred.empty or table.empty:
         return []
     switch_clock = "decided_us" in pred and pred["decided_us"].notna().all()
@@ -245,7 +246,7 @@ def flagged_windows(queue: pd.DataFrame, port: tuple[str, int], join_us: int = 5
     flagged in_window (pcn-host's announcements, or pcn's windows as the packets met them), records
     closer than `join_us` joined. Columns as window_intervals' (armed_ns, removed_ns NaN)."""
     cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns"]
-    at = queue[(queue["switch"] == port[0]) & (queue["port"] == port[1]) & (queue["class"] == "background")
+    at = queue[on_port(queue, port[0], port[1]) & (queue["class"] == "background")
                & (queue["in_window"] == 1)]
     if at.empty:
         return pd.DataFrame(columns=cols)

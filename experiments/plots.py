@@ -17,7 +17,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from pcnlab.experiments import iterations as it  # noqa: E402
 from pcnlab.experiments import metrics as m  # noqa: E402
 from pcnlab.experiments.comparison import Report, dig  # noqa: E402
-from pcnlab.results import RunData  # noqa: E402
+from pcnlab.results import RunData, on_port  # noqa: E402
 
 CLASS_COLOURS = {"ddl": "tab:blue", "background": "tab:gray"}
 CLASS_NAMES = {"ddl": "DDL", "background": "background"}
@@ -56,7 +56,7 @@ def plot_queue(path: Path, log: pd.DataFrame, port: tuple[str, int], iterations=
     rows, or Bursts) are a blue lane above the data, armed pre-drain windows a hatched green lane below it
     (and a faint green shade over it); K and K_pre (`thresholds`, see mode_thresholds) dashed lines; CE
     marks red crosses, early drops black crosses. The legend sits outside the axes."""
-    at = log[(log["switch"] == port[0]) & (log["port"] == port[1])]
+    at = log[on_port(log, port[0], port[1])]
     if span_us is not None:
         at = at[(at["ingress_us"] >= span_us[0]) & (at["ingress_us"] < span_us[1])]
     t0 = (at["ingress_us"].min() if not at.empty else 0) if span_us is None else span_us[0]

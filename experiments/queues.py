@@ -9,7 +9,7 @@ import pandas as pd
 
 from pcnlab.errors import UsageError
 from pcnlab.experiments import iterations as it
-from pcnlab.results import RunData, run_folders
+from pcnlab.results import RunData, on_port, run_folders
 
 
 def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
@@ -43,7 +43,7 @@ def show_queues(path: Path, switch: str | None, port: int | None, around: int | 
             neck = {"switch": found[0], "port": found[1]}
         switch, port = switch or neck["switch"], int(neck["port"])
     switch = switch or str(log["switch"].iloc[0])
-    at = log[(log["switch"] == switch) & (log["port"] == port)]
+    at = log[on_port(log, switch, port)]
     if at.empty:
         raise UsageError(f"no records for {switch} port {port}; ports with records: "
                          f"{sorted(set(zip(log['switch'], log['port'])))}")

@@ -26,7 +26,7 @@ import pandas as pd
 
 from pcnlab.experiments import iterations as it
 from pcnlab.experiments.plots import mode_thresholds
-from pcnlab.results import RunData
+from pcnlab.results import RunData, on_port
 
 POINT_COLUMNS = ("t", "depth", "seq", "class", "job", "src", "dst")
 
@@ -134,7 +134,7 @@ def port_view(run: RunData, port: tuple[str, int], windows: pd.DataFrame, starts
     """One port of `run`: `windows` are the controller's windows at this port (switch clock, as
     iterations.window_intervals gives them), `starts_ns` every iteration start (host clock)."""
     q = run.queue
-    at = q[(q["switch"] == port[0]) & (q["port"] == port[1])] if not q.empty else q
+    at = q[on_port(q, port[0], port[1])] if not q.empty else q
     clock = run.clocks.get(port[0])
     to_s = (lambda us: (clock.to_host_ns(us) - t0_ns) / 1e9) if clock else (lambda us: np.full(len(us), np.nan))
     wins = pd.DataFrame({"left": to_s(windows["start_us"].to_numpy(dtype=float)),
@@ -217,7 +217,7 @@ def run_view(run: RunData, decimation: Decimation = Decimation()) -> RunView:
     ports = set(zip(q["switch"], q["port"].astype(int))) if not q.empty else set()
     ports |= {(str(w.switch), int(w.port)) for w in windows.itertuples() if str(w.switch) in run.clocks}
     starts_ns = iterations["start"].to_numpy(dtype=float) * 1e9 + t0_ns
-    views = tuple(port_view(run, p, windows[(windows["switch"] == p[0]) & (windows["port"] == p[1])], starts_ns, t0_ns,
+    views = tuple(port_view(run, p, windows[on_port(windows, p[0], p[1])], starts_ns, t0_ns,
                             decimation) for p in sorted(ports, key=_natural))
     neck = run.metrics.get("bottleneck") or {}
     ends = [float(q["egress_ns"].max()) if not q.empty else t0_ns]

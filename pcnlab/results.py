@@ -85,6 +85,11 @@ class SwitchClock:
         return cls(switch, float(intercept), float(slope), float(np.percentile(residual, 90) / 1000.0), len(low))
 
 
+def on_port(frame: pd.DataFrame, switch: str, port: int) -> pd.Series:
+    """The rows of a table with switch and port columns (the queue log, events, windows) at one port."""
+    return (frame["switch"] == switch) & (frame["port"] == port)
+
+
 def _host_names(network: dict) -> dict[int, str]:
     """Host number (the low 16 bits of its IPv4 address, as the telemetry record carries it) -> name."""
     out = {}
