@@ -34,6 +34,7 @@ from pcnlab.controller.bursts import BurstKey, BurstReport
 
 RHYTHM = "rhythm"
 FIRST = "first"
+END = "end"        # the key's own burst end: its last data packet before a silence of G (the switch says so)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class ChainModels:
         self._errors: dict[tuple[BurstKey, str], deque[float]] = {}
         self._chosen: dict[BurstKey, str] = {}
         self._forecast: dict[BurstKey, tuple[str, int]] = {}  # each target's latest forecast: (model, start)
+        self._ends: dict[BurstKey, deque[tuple[int, int]]] = {}  # each key's recent burst ends: (end, seen)
 
     # --- learning ----------------------------------------------------------------------------------
 
@@ -135,6 +137,13 @@ class ChainModels:
                 causes[str(other.port)] = inside[0]
         if causes:
             causes[FIRST] = min(causes.values())
+        # The key's own last burst end seen by `until`: a ring rank's next start follows the end of the
+        # iteration's last step by the compute time, steadier than the period (pcn-ring: silence before a
+        # start sd 4.5-4.8 ms against the period's 35-39 ms). Its notice runs from when the switch saw the
+        # silence (G after the end, at the port's next background packet), not from the end.
+        ends = [end for end, seen in self._ends.get(key, ()) if since_us < end and seen <= until_us]
+        if ends:
+            causes[END] = ends[-1]
         return causes
 
     def note(self, report: BurstReport) -> None:
@@ -236,7 +245,6 @@ class ChainModels:
         """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
         each target whose chosen model is this cause (or FIRST), when this is the cause's first start
         since the target's last report."""
-        cfg = self.config
         out = []
         for target in self._others(report.key):
             model = self.chosen(target)
@@ -248,21 +256,38 @@ class ChainModels:
             if model not in (FIRST, str(report.key.port)) or \
                     self._causes(target, last, report.t_us).get(model) != report.t_us:
                 continue  # not its cause, or not the cause's first start since the target's last
-            pair = self._pairs.get((target, model))
-            predicted = pair.predict(report.t_us) if pair is not None else None
-            if predicted is None:
-                continue
-            self._forecast[target] = (model, predicted)
-            errs = self.errors(target, model)
-            rms = _rms(errs)
-            gate = max(cfg.gate_sigmas * rms, cfg.min_gate_us)
-            hits = sum(abs(e) <= gate for e in errs) / len(errs) if errs else 0.0
-            out.append(ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target)))
+            forecast = self._forecast_of(target, model, report.t_us)
+            if forecast is not None:
+                out.append(forecast)
         return out
+
+    def on_end(self, key: BurstKey, end_us: int, seen_us: int) -> list[ChainForecast]:
+        """The switch saw at `seen_us` that `key`'s burst ended at `end_us` (its last data packet before a
+        silence of G): a cause for the key's own next start. Its forecast, when END is the key's model."""
+        if end_us <= self._seen.get(key, -1):
+            return []  # a start came after it already (the digest came late): nothing to forecast
+        self._ends.setdefault(key, deque(maxlen=self.config.max_starts)).append((end_us, seen_us))
+        if self.chosen(key) != END:
+            return []
+        forecast = self._forecast_of(key, END, end_us)
+        return [forecast] if forecast is not None else []
+
+    def _forecast_of(self, target: BurstKey, model: str, cause_us: int) -> ChainForecast | None:
+        cfg = self.config
+        pair = self._pairs.get((target, model))
+        predicted = pair.predict(cause_us) if pair is not None else None
+        if predicted is None:
+            return None
+        self._forecast[target] = (model, predicted)
+        errs = self.errors(target, model)
+        rms = _rms(errs)
+        gate = max(cfg.gate_sigmas * rms, cfg.min_gate_us)
+        hits = sum(abs(e) <= gate for e in errs) / len(errs) if errs else 0.0
+        return ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target))
 
     def forget_switch(self, switch: str) -> None:
         """A restarted switch has a new clock: what was learned from it is void."""
-        for store in (self._starts, self._chosen, self._seen, self._forecast):
+        for store in (self._starts, self._chosen, self._seen, self._forecast, self._ends):
             for key in [k for k in store if k.switch == switch]:
                 del store[key]
         for store in (self._pairs, self._errors):

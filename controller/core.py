@@ -70,6 +70,15 @@ class WindowScheduler:
                               **self._judged(issued, t))
         return observation, changes + self.planner.expire(report.switch, t)
 
+    def on_end(self, key: BurstKey, end_us: int, now_us: int) -> tuple[tuple[Prediction, ...], list[WindowChange]]:
+        """The switch saw `key`'s burst end at `end_us` (reported at `now_us`): a cause of the key's next
+        start (chain.END), planned when that is the key's chosen model."""
+        forecasts = tuple(self._chain_prediction(fc) for fc in self.chains.on_end(key, end_us, now_us))
+        changes: list[WindowChange] = []
+        for forecast in forecasts:
+            changes += self._plan(forecast.key, forecast, now_us)
+        return forecasts, changes + self.planner.expire(key.switch, now_us)
+
     def iteration_gap_us(self, key: BurstKey) -> int | None:
         """The silence above which the key's reports start iterations, as learned so far (segments.py);
         None while its gaps form one group (every report starts one)."""

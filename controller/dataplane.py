@@ -25,6 +25,7 @@ MAX_BURST_GAP_US = (1 << 32) - 1
 MAX_PAYLOAD = (1 << 16) - 1
 MAX_TELEMETRY_EVERY = (1 << 32) - 1   # telemetry_every: a bit<32> of every port_mode action
 BURST_DIGEST = "burst_digest_t"
+BURST_START, BURST_END = FACTS["BURST_START"], FACTS["BURST_END"]   # the digest's kinds
 CLASS_BACKGROUND, CLASS_DDL = FACTS["CLASS_BACKGROUND"], FACTS["CLASS_DDL"]
 CLASS_NAMES = {value: name.lower() for name, value in FACTS.prefixed("CLASS_").items()}
 
@@ -179,17 +180,25 @@ def window_entry(port: int, start_us: int, end_us: int) -> fy.P4TableEntry:
 
 @dataclass(frozen=True)
 class BurstStart:
-    """A burst-start digest: DDL job `job` began a burst towards `port` at `ts_us` (switch clock)."""
+    """A burst digest: DDL job `job` began a burst towards `port` at `ts_us` (switch clock), or (`ended`)
+    sent its last data packet there at `ts_us` before a silence of G."""
 
     port: int
     job: int
     ts_us: int
     queue_pkts: int  # queue the burst met (left behind by the port's last departure)
-    idle_us: int     # the job's silence towards the port before it (since the switch started, for the first)
+    idle_us: int     # start: the job's silence towards the port before it (since the switch started, for
+                     # the first); end: how long after ts_us the switch saw the silence
+    kind: int = BURST_START
+
+    @property
+    def ended(self) -> bool:
+        return self.kind == BURST_END
 
     @classmethod
     def from_digest(cls, data: dict) -> "BurstStart":
-        return cls(int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]), int(data["idle"]))
+        return cls(int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]), int(data["idle"]),
+                   int(data["kind"]))
 
 
 PORT_COUNTERS = {

@@ -22,7 +22,7 @@ from pcnlab.controller.clock import ClockEstimator, ClockSample
 from pcnlab.controller.controller import PcnController
 from pcnlab.controller.dataplane import BurstStart
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.bursts import BurstKey, BurstReport
 from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
@@ -104,6 +104,9 @@ class PcnScheduler:
     # --- reports in, windows out ----------------------------------------------------------------
 
     def on_burst(self, switch: str, burst: BurstStart) -> None:
+        if burst.ended:
+            self._on_end(switch, burst)
+            return
         report = BurstReport(switch, burst.port, burst.job, burst.ts_us, burst.queue_pkts, burst.idle_us)
         covered = self.core.planner.covering(report.key, report.t_us)
         observation, changes = self.core.on_report(report)
@@ -129,6 +132,21 @@ class PcnScheduler:
                                 self.core.iteration_gap_us(report.key))
         if gap is not None and switch not in self._down:
             self._tasks.append(asyncio.ensure_future(self._write_gap(switch, burst.job, gap)))
+        self._tasks.append(asyncio.ensure_future(self._apply(changes)))
+        self._wake.set()
+
+    def _on_end(self, switch: str, burst: BurstStart) -> None:
+        """A burst ended: the cause of its port's next start (chain.END), planned if that is the model."""
+        key = BurstKey(switch, burst.port, burst.job)
+        now = burst.ts_us + burst.idle_us
+        forecasts, changes = self.core.on_end(key, burst.ts_us, now)
+        self.events.write("end", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
+                          seen_us=now, queue_pkts=burst.queue_pkts)
+        for prediction in forecasts:
+            self.events.write("prediction", switch=switch, port=burst.port, job=burst.job,
+                              next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
+                              confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
+                              confident=prediction.confident, model=prediction.model, decided_us=now)
         self._tasks.append(asyncio.ensure_future(self._apply(changes)))
         self._wake.set()
 

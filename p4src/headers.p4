@@ -93,15 +93,19 @@ header telemetry_h {
 }
 #define TELEMETRY_FRAME_BYTES 58  /* Ethernet (14) + record (44): what a clone is truncated to */
 
-/* Digest to the controller: a DDL burst started on a port (the paper's "start queue length"). The
- * switch it came from is the P4Runtime stream it arrives on. */
+/* Digest to the controller: a DDL burst started on a port (the paper's "start queue length"), or one
+ * ended there. The switch it came from is the P4Runtime stream it arrives on. */
+const bit<8> BURST_START = 0;
+const bit<8> BURST_END = 1;
 struct burst_digest_t {
     bit<16>   port;
     bit<8>    job;
-    time_us_t ts;
+    time_us_t ts;          /* start: its first data packet; end: the last one before a silence of G */
     bit<32>   queue;       /* packets left behind by the last departure from that port's queue */
-    time_us_t idle;        /* the job's silence towards that port before this packet (> G): the gap the
-                            * controller learns iteration gaps from (controller/segments.py) */
+    time_us_t idle;        /* start: the job's silence towards that port before this packet (> G), the
+                            * gap the controller learns iteration gaps from (controller/segments.py);
+                            * end: how long after the burst's last packet the switch saw the silence */
+    bit<8>    kind;        /* BURST_START or BURST_END */
 }
 
 struct headers_t {

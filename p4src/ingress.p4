@@ -75,6 +75,15 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         }
         to_queue_port_class.count((bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class);
 
+        /* One digest call for both kinds: BMv2 makes a learn list per call site, and P4Runtime configures
+         * only the first (a second one kept BMv2's default and sent its digests in batches once a second). */
+        bool report = false;
+        bit<8> report_job = meta.job;
+        time_us_t report_ts = 0;
+        time_us_t report_idle = 0;
+        bit<8> report_kind = BURST_START;
+        bit<32> queue;
+
         if (meta.traffic_class == CLASS_DDL) {
             payload.apply(hdr, meta.payload_length);
             bit<32> port = (bit<32>)std.egress_spec;
@@ -102,16 +111,45 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                 /* A data packet: pure ACKs and small control messages never start a burst. */
                 if (idle) {
                     meta.burst_start = 1;
-                    bit<32> queue;
-                    port_queue_left.read(queue, port);
-                    digest<burst_digest_t>(1, {(bit<16>)std.egress_spec, meta.job, now, queue, now - last});
+                    report = true;
+                    report_ts = now;
+                    report_idle = now - last;
                     if (pending == 1) {  /* pcn-host: the announced burst has arrived */
                         announced.write(idx, 0);
                         announced_jobs.write(port, jobs - 1);
                     }
                 }
                 last_ddl_us.write(idx, now);
+                active_job.write(port, meta.job);
+                active_gap_us.write(port, meta.burst_gap_us);
+                end_reported.write(port, 0);
             }
+        } else {
+            bit<32> port = (bit<32>)std.egress_spec;
+            bit<1> reported;
+            end_reported.read(reported, port);
+            if (reported == 0) {
+                bit<8> job;
+                active_job.read(job, port);
+                time_us_t last;
+                last_ddl_us.read(last, port * MAX_JOBS + (bit<32>)job);
+                bit<32> gap;
+                active_gap_us.read(gap, port);
+                time_us_t now = std.ingress_global_timestamp;
+                if (job != 0 && last != 0 && now - last > (time_us_t)gap) {
+                    report = true;
+                    report_job = job;
+                    report_ts = last;
+                    report_idle = now - last;
+                    report_kind = BURST_END;
+                    end_reported.write(port, 1);
+                }
+            }
+        }
+        if (report) {
+            port_queue_left.read(queue, (bit<32>)std.egress_spec);
+            digest<burst_digest_t>(1, {(bit<16>)std.egress_spec, report_job, report_ts, queue, report_idle,
+                                       report_kind});
         }
     }
 }

@@ -12,4 +12,12 @@ register<bit<32>>(MAX_PORTS) port_queue_left;
 register<bit<16>>(MAX_PORTS) announced_jobs;
 register<time_us_t>(MAX_PORTS) last_announcement_us;
 
+/* The end of a burst: the DDL job whose data last went to each port, its G, and whether the silence after
+ * it was reported. Background packets to the port carry the clock: the first one G after the job's last
+ * data packet reports the end (a port with no other traffic reports none; where no queue stands, none
+ * is needed). One job per port: with two on a port, the later one's end. */
+register<bit<8>>(MAX_PORTS) active_job;
+register<bit<32>>(MAX_PORTS) active_gap_us;
+register<bit<1>>(MAX_PORTS) end_reported;
+
 #endif

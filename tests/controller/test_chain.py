@@ -8,7 +8,7 @@ import random
 
 from burst_traces import T0, lattice
 from pcnlab.controller.bursts import BurstKey, BurstReport
-from pcnlab.controller.chain import FIRST, RHYTHM, ChainConfig, ChainModels, reach
+from pcnlab.controller.chain import END, FIRST, RHYTHM, ChainConfig, ChainModels, reach
 from pcnlab.controller.core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner
 
@@ -153,3 +153,28 @@ def test_a_chosen_pair_whose_cause_moves_too_close_is_scored_by_its_forecasts_an
             assert chains.chosen(port) in {"3", FIRST}
         t += period
     assert chains.chosen(port) == RHYTHM
+
+
+def _ring_port(core: WindowScheduler, rng: random.Random, n: int, gap_us: int = 50_000) -> list[bool]:
+    """A ring rank's port: each iteration's exchange lasts 40-140 ms (the queue its steps meet), then the
+    ranks compute 165 ms +- 2 ms: the period spreads +-50 ms, the silence after the burst's end does not.
+    The switch reports each start, and each end G after it. Returns, per start, whether a window held it."""
+    key, t, covered = BurstKey("s1", 1, 1), T0, []
+    for _ in range(n):
+        covered.append(bool(core.planner.covering(key, t)))
+        core.on_report(BurstReport("s1", 1, 1, t, 30))
+        end = t + rng.randint(40_000, 140_000)
+        core.on_end(key, end, end + gap_us)
+        t = end + 165_000 + rng.randint(-2_000, 2_000)
+    return covered
+
+
+def test_a_ring_port_is_predicted_from_its_own_burst_end():
+    core = scheduler()
+    covered = _ring_port(core, random.Random(5), 120)
+    assert core.chains.chosen(BurstKey("s1", 1, 1)) == END
+    assert sum(covered[10:]) >= 0.9 * len(covered[10:])           # 103 of 110 here; the rhythm alone 59
+    rhythm_only = _ring_port(scheduler(NEVER), random.Random(5), 120)
+    assert sum(rhythm_only[10:]) <= sum(covered[10:]) - 0.2 * len(covered[10:])
+    # A late end digest (after the next start was already reported) forecasts nothing.
+    assert core.chains.on_end(BurstKey("s1", 1, 1), T0, T0 + 50_000) == []

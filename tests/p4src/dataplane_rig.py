@@ -44,9 +44,9 @@ class DataPlaneRig:
             classes=(FlowClass(job=1, src=f"{self.net.host('h2').IP()}/32", burst_gap_us=burst_gap_us),),
             modes={p: PortMode("droptail") for p in endpoint.ports},
             telemetry_port=self.monitor_port, pcn_start_dscp=PCN_START_DSCP)
-        self.bursts = []
+        self.bursts, self.ends = [], []   # the switch's burst digests: starts, and ends
         self.controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": self.config},
-                                        on_burst=[lambda sw, burst: self.bursts.append(burst)])
+                                        on_burst=[lambda sw, burst: (self.ends if burst.ended else self.bursts).append(burst)])
         self.thread = ControllerThread(self.controller).start()
         self.thrift = SwitchThrift(endpoint.thrift_port)
 

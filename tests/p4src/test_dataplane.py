@@ -282,6 +282,37 @@ def test_burst_start_digest_reports_the_queue_the_burst_met(rig):
     assert second.idle_us == starts[1]["ingress_us"] - before and second.idle_us > 50_000   # the rig's G
 
 
+def test_a_burst_end_is_reported_by_the_first_background_packet_after_g(rig):
+    """The end of a job's burst at a port: its last data packet, reported once, by the first packet of
+    other traffic to the port more than G after it (the controller predicts a ring's next start from
+    it). The clock is the port's traffic: with none, nothing is reported however long the silence."""
+    rig.set_mode(PortMode("droptail"))
+    time.sleep(0.1)                  # more than G after an earlier test's last burst: this packet
+    rig.blast("h1", 1)               # reports its end, if one is pending
+    rig.drain(1)
+    time.sleep(0.3)
+    rig.bursts.clear()
+    rig.ends.clear()
+    with rig.queue_log() as (records, _):
+        rig.blast("h2", 20)          # a DDL burst
+        rig.drain(20)
+        time.sleep(0.2)              # silence, and no other packet to the port
+        quiet = list(rig.ends)
+        rig.blast("h1", 5)           # the first of these reports the end, the others nothing more
+        rig.drain(5)
+    deadline = time.monotonic() + 5
+    while not rig.ends and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert quiet == [] and len(rig.ends) == 1, rig.ends
+    end = rig.ends[0]
+    ddl = [r for r in _port_records(records, rig) if r["class"] == "ddl"]
+    background = [r for r in _port_records(records, rig) if r["class"] == "background"]
+    last = max(r["ingress_us"] for r in ddl)
+    assert (end.port, end.job, end.ts_us) == (rig.port, 1, last)
+    assert end.ts_us + end.idle_us == min(r["ingress_us"] for r in background) and end.idle_us > 50_000
+
+
 def test_telemetry_follows_the_queue_and_numbers_its_records(rig):
     rig.set_mode(PortMode("droptail"))
     with rig.queue_log() as (records, summary):
