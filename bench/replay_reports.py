@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.bursts import BurstKey, BurstReport
 from pcnlab.controller.core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner
 
@@ -32,8 +32,10 @@ def replay_run(run: Path, switch: str, port: int, rate_pps: float, write_us: int
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     reports = [BurstReport(e["switch"], e["port"], e["job"], e["t_us"], e.get("queue_pkts", 0), e.get("idle_us"))
                for e in events if e.get("type") == "report" and e.get("switch") == switch]
+    ends = [(BurstKey(e["switch"], e["port"], e["job"]), e["t_us"], e["seen_us"])
+            for e in events if e.get("type") == "end" and e.get("switch") == switch]
     core = WindowScheduler(planner=WindowPlanner(PlannerConfig(rate_pps=rate_pps)))
-    result = replay(reports, core, write_latency_us=write_us)
+    result = replay(reports, core, write_latency_us=write_us, ends=ends)
     armed_at = {c.window: c.at_us for c in result.changes if c.op == "arm"}
     windows = [w for w in armed_at if (w.switch, w.port) == (switch, port)]
     table = pd.read_csv(run / "iterations.csv")

@@ -167,10 +167,11 @@ class Replay:
 
 
 def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = None,
-           write_latency_us: int = 0) -> Replay:
+           write_latency_us: int = 0, ends: Iterable[tuple[BurstKey, int, int]] = ()) -> Replay:
     """Run reports (in time order, one switch clock each) through a scheduler as the controller would,
     timer ticks included, and say for each burst whether a window armed at least `write_latency_us`
-    before it was open when it began. For benchmarks and offline checks of an event log."""
+    before it was open when it began. `ends`: the burst ends the switch reported, (key, end, seen),
+    each fed when it was seen. For benchmarks and offline checks of an event log."""
     scheduler = scheduler or WindowScheduler()
     armed_at: dict[Window, int] = {}
     steps: list[ReplayStep] = []
@@ -182,7 +183,13 @@ def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = N
             if change.op == "arm":
                 armed_at[change.window] = change.at_us
 
+    pending = sorted(ends, key=lambda e: e[2])
     for report in reports:
+        while pending and pending[0][2] < report.t_us and pending[0][0].switch == report.switch:
+            key, end_us, seen_us = pending.pop(0)
+            while (wake := scheduler.next_wakeup_us(key.switch)) is not None and wake < seen_us:
+                apply(scheduler.tick(key.switch, wake))
+            apply(scheduler.on_end(key, end_us, seen_us)[1])
         while (wake := scheduler.next_wakeup_us(report.switch)) is not None and wake < report.t_us:
             apply(scheduler.tick(report.switch, wake))
         hit = next((w for w in scheduler.planner.covering(report.key, report.t_us)
