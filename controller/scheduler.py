@@ -22,7 +22,7 @@ from pcnlab.controller.clock import ClockEstimator, ClockSample
 from pcnlab.controller.controller import PcnController
 from pcnlab.controller.dataplane import BurstStart
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.bursts import BurstKey, BurstReport
+from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
 from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.specs import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
@@ -121,13 +121,8 @@ class PcnScheduler:
                               model=observation.model)
         own = (observation.prediction,) if observation.kind != "sub-burst" else ()
         for prediction in own + observation.forecasts:
-            if prediction is None:
-                continue
-            key = prediction.key
-            self.events.write("prediction", switch=key.switch, port=key.port, job=key.job,
-                              next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
-                              confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
-                              confident=prediction.confident, model=prediction.model, decided_us=burst.ts_us)
+            if prediction is not None:
+                self._log_prediction(prediction, burst.ts_us)
         gap = self.gaps.observe(report.key, burst.idle_us, observation.kind != "sub-burst",
                                 self.core.iteration_gap_us(report.key))
         if gap is not None and switch not in self._down:
@@ -143,12 +138,16 @@ class PcnScheduler:
         self.events.write("end", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                           seen_us=now, queue_pkts=burst.queue_pkts)
         for prediction in forecasts:
-            self.events.write("prediction", switch=switch, port=burst.port, job=burst.job,
-                              next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
-                              confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
-                              confident=prediction.confident, model=prediction.model, decided_us=now)
+            self._log_prediction(prediction, now)
         self._tasks.append(asyncio.ensure_future(self._apply(changes)))
         self._wake.set()
+
+    def _log_prediction(self, prediction: Prediction, decided_us: int) -> None:
+        key = prediction.key
+        self.events.write("prediction", switch=key.switch, port=key.port, job=key.job,
+                          next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
+                          confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
+                          confident=prediction.confident, model=prediction.model, decided_us=decided_us)
 
     async def _write_gap(self, switch: str, job: int, gap_us: int) -> None:
         try:

@@ -67,8 +67,9 @@ def extract(source_dir: Path, bmv2_json: Path) -> dict:
     return {"constants": dict(sorted(constants.items())), "telemetry": layout}
 
 
-def write(source_dir: Path, bmv2_json: Path, out: Path) -> Path:
-    out.write_text(json.dumps(extract(source_dir, bmv2_json), indent=1) + "\n")
+def write(data: dict, out: Path) -> Path:
+    """facts.json from `extract`'s data."""
+    out.write_text(json.dumps(data, indent=1) + "\n")
     return out
 
 
@@ -84,6 +85,3 @@ def parse(data: dict) -> ProgramFacts:
 def program_facts() -> ProgramFacts:
     """The committed facts of p4src/pcn.p4 (p4src/build/facts.json, written by `make p4`)."""
     return parse(json.loads((BUILD_DIR / FACTS_FILE).read_text()))
-
-
-

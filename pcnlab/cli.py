@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -42,8 +41,9 @@ def _cmd_p4(args) -> int:
         json_path, p4info = compile_p4(P4SRC_DIR, main, BUILD_DIR)
         print(f"compiled {P4SRC_DIR / main} with {version} -> {json_path.name}, {p4info.name}")
         if main == MAIN_SOURCE:
-            written = facts.write(P4SRC_DIR, json_path, BUILD_DIR / facts.FACTS_FILE)
-            wireshark.DISSECTOR.write_text(wireshark.dissector(facts.parse(json.loads(written.read_text()))))
+            data = facts.extract(P4SRC_DIR, json_path)
+            written = facts.write(data, BUILD_DIR / facts.FACTS_FILE)
+            wireshark.DISSECTOR.write_text(wireshark.dissector(facts.parse(data)))
             print(f"generated {written.name} and {wireshark.DISSECTOR.relative_to(P4SRC_DIR.parent)} from it")
     return 0
 
