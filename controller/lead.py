@@ -1,19 +1,22 @@
-"""How early a pre-drain window must open at one port, learned from what the bursts met. Pure.
+"""How early a pre-drain window must open at one port, chosen from what the bursts met. Pure.
 
 The standing queue a burst would meet is what iteration starts met when no window was open for them
 (uncovered). The first lead drains it at the port's rate and gives the background one RTT under that
-queue to hear the marks: 2 x queue / rate + the base RTT. From then on the switch says whether the lead
-was enough: an iteration start inside a window that still met more than the target makes the lead
-longer (x grow); one that met the target or fewer lets it shrink a little (x shrink), so the lead
-settles where a covered start just meets the target, within [min_lead_us, max_share x the period].
+queue to hear the marks: 2 x queue / rate + the base RTT. The leads tried are a ladder around it
+(ratio x apart, from one step below to `steps` above, never beyond max_share x the period), and the
+switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
+`tries` times in turn, shortest first; then the lead whose recent starts met the least is used, the
+shortest of those within `tolerance` packets of the least, and every `refresh`-th covered start tries
+a neighbour of it again, so the choice follows a port whose traffic changes.
 
-The target is aim x K_pre (5 packets) while the lead is shorter than reach x the first lead, and K_pre
-beyond it: the first lead is about what a host announcing two RTTs ahead (pcn-host) gives under the
-standing queue, and where many flows keep the queue near K_pre however long it is held (pcn-paper's
-six), a longer one would hold K_pre for little. Measured on pcn-training (docs/results.md): covered
-starts met 6.5-6.8 packets with this target, against about K_pre aimed at K_pre alone; twice the first
-lead met no fewer (6.6-6.9) and held windows open 20 % of the time instead of 14 %. A port whose
-standing queue is K_pre or less has nothing to drain: no window is needed there.
+Why a choice and not a lead that grows while starts meet too much (the lead of commit 45342a3):
+the queue a window leaves is not monotone in how long it was open. The marks make the background
+back off an RTT after the window opens, the queue drains to a trough, and the senders grow back to
+K_pre while the window holds. Measured on pcn-training and pcn-ring (docs/results.md), per covered
+start by how long its window had been open: 10-20 ms 10 packets, 20-50 ms 4-6, 50-80 ms 7-11. A lead
+that grows whenever a start met more than its target wandered over 10-120 ms; pcn-host's hosts,
+announcing two smoothed RTTs ahead (about 42 ms there), met 5.
+A port whose standing queue is K_pre or less has nothing to drain: no window is needed there.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from pcnlab.controller.dataplane import K_PRE
 class LeadConfig:
     k_pre: int = K_PRE
     rtt_us: int = 1000            # the base RTT (no queue) of the background senders
-    grow: float = 1.5             # a covered start above the target: the lead was too short
-    shrink: float = 0.9           # a covered start at or below the target: try a little less
-    aim: float = 0.5              # a covered start's target: aim x K_pre packets while the lead is
-    reach: float = 1.0            # under reach x the first lead (about a host's announcement); K_pre beyond
+    ratio: float = 1.5            # between neighbouring leads of the ladder
+    steps: int = 4                # leads above the first (one more below it)
+    tries: int = 3                # covered starts per lead before choosing
+    recent: int = 8               # a lead's last starts behind its score
+    tolerance: float = 0.5        # packets: a shorter lead within this of the best is preferred
+    refresh: int = 8              # every refresh-th covered start tries a neighbour of the choice
     min_lead_us: int = 1000
     max_share: float = 0.3        # of the period: the lead never holds K_pre longer than this
     history: int = 8              # uncovered starts behind the standing-queue estimate
@@ -47,13 +52,17 @@ def initial_lead_us(queue_pkts: float, rate_pps: float, rtt_us: int) -> int:
 
 
 class LeadTracker:
-    """The lead of one (switch, port, job), adapted iteration by iteration."""
+    """The lead of one (switch, port, job), chosen iteration by iteration."""
 
     def __init__(self, rate_pps: float, config: LeadConfig | None = None):
         self.rate_pps = rate_pps
         self.config = config or LeadConfig()
         self._uncovered: deque[int] = deque(maxlen=self.config.history)
-        self.lead_us: float | None = None
+        self.ladder: tuple[int, ...] = ()           # fixed when a window is first needed
+        self._met: dict[int, deque[int]] = {}       # per lead of the ladder: the queues its starts met
+        self._covered = 0
+        self._upper = math.inf                      # max_share x the period, as of the last plan
+        self.lead_us: int | None = None             # the lead to plan with next
 
     @property
     def standing_pkts(self) -> int | None:
@@ -65,29 +74,53 @@ class LeadTracker:
         standing = self.standing_pkts
         return standing is not None and standing > self.config.k_pre
 
-    def observe(self, queue_pkts: int, covered: bool) -> None:
-        """An iteration start met `queue_pkts`; `covered`: a window of ours was open for it."""
+    def observe(self, queue_pkts: int, covered: bool, lead_us: int | None = None) -> None:
+        """An iteration start met `queue_pkts`; `covered`: a window of ours was open for it, planned
+        with `lead_us` (None: the lead in use now)."""
         cfg = self.config
         if not covered:
             self._uncovered.append(queue_pkts)
-            if self.lead_us is None and self.needed:
-                self.lead_us = initial_lead_us(self.standing_pkts, self.rate_pps, cfg.rtt_us)
+            if not self.ladder and self.needed:
+                first = initial_lead_us(self.standing_pkts, self.rate_pps, cfg.rtt_us)
+                self.ladder = tuple(max(cfg.min_lead_us, round(first * cfg.ratio ** k))
+                                    for k in range(-1, cfg.steps + 1))
+                self._met = {lead: deque(maxlen=cfg.recent) for lead in self.ladder}
+                self.lead_us = self.ladder[1]
             return
-        if self.lead_us is None:
+        if not self.ladder:
             return
-        self.lead_us *= cfg.grow if queue_pkts > self.target_pkts else cfg.shrink
+        used = self._rung(self.lead_us if lead_us is None else lead_us)
+        self._met[used].append(queue_pkts)
+        self._covered += 1
+        self.lead_us = self._next()
 
-    @property
-    def target_pkts(self) -> float:
-        """The queue a covered start should meet at the present lead."""
+    def _rung(self, lead_us: float) -> int:
+        """The ladder's lead nearest `lead_us` (in ratio)."""
+        return min(self.ladder, key=lambda rung: abs(math.log(max(lead_us, 1) / rung)))
+
+    def score(self, lead_us: int) -> float | None:
+        """The mean queue the lead's recent covered starts met (None: not tried yet)."""
+        met = self._met.get(lead_us)
+        return sum(met) / len(met) if met else None
+
+    def _next(self) -> int:
         cfg = self.config
-        first = initial_lead_us(self.standing_pkts or 0, self.rate_pps, cfg.rtt_us)
-        return cfg.aim * cfg.k_pre if (self.lead_us or 0) < cfg.reach * first else cfg.k_pre
+        ladder = [rung for rung in self.ladder if rung <= self._upper] or [self.ladder[0]]
+        untried = [rung for rung in ladder if len(self._met[rung]) < cfg.tries]
+        if untried:
+            return untried[0]
+        scores = {rung: self.score(rung) for rung in ladder}
+        best = min(scores.values())
+        chosen = next(rung for rung in ladder if scores[rung] <= best + cfg.tolerance)
+        if self._covered % cfg.refresh or len(ladder) == 1:
+            return chosen
+        i = ladder.index(chosen)
+        side = 1 if (self._covered // cfg.refresh) % 2 else -1
+        return ladder[i + side if 0 <= i + side < len(ladder) else i - side]
 
     def lead(self, period_us: float) -> int:
-        """The lead to plan with now, bounded."""
+        """The lead to plan with now, within [min_lead_us, max_share x the period]."""
         cfg = self.config
+        upper = self._upper = max(cfg.min_lead_us, cfg.max_share * period_us)
         lead = self.lead_us if self.lead_us is not None else cfg.min_lead_us
-        upper = max(cfg.min_lead_us, cfg.max_share * period_us)
-        self.lead_us = min(max(lead, cfg.min_lead_us), upper) if self.lead_us is not None else None
         return round(min(max(lead, cfg.min_lead_us), upper))

@@ -162,7 +162,7 @@ class PcnScheduler:
         for change in changes:
             w = change.window
             fields = dict(switch=w.switch, port=w.port, job=w.job, start_us=w.start_us, end_us=w.end_us,
-                          predicted_us=w.predicted_us, reason=change.reason, decided_us=change.at_us)
+                          predicted_us=w.predicted_us, lead_us=w.lead_us, reason=change.reason, decided_us=change.at_us)
             if change.op == "skip":
                 self.events.write("skip", **fields)
                 continue

@@ -37,6 +37,7 @@ class Window:
     start_us: int
     end_us: int            # exclusive
     predicted_us: int = 0  # the burst start it was planned for
+    lead_us: int = 0       # the lead it was planned with (lead.py learns what each lead gave)
 
     @property
     def key(self) -> BurstKey:
@@ -62,7 +63,7 @@ def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: flo
     start = prediction.next_start_us - math.ceil(early) - max(lead_us, 0)
     end = prediction.next_start_us + max(guard_us, math.ceil(late), 1)
     key = prediction.key
-    return Window(key.switch, key.port, key.job, start, end, prediction.next_start_us)
+    return Window(key.switch, key.port, key.job, start, end, prediction.next_start_us, max(lead_us, 0))
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,10 @@ class WindowPlanner:
     def observe_start(self, report: BurstReport) -> bool:
         """An iteration started: what it met teaches the key's lead. Returns whether a window of the key
         was open for it."""
-        covered = bool(self.covering(report.key, report.t_us))
-        self.tracker(report.key).observe(report.queue_pkts, covered)
-        return covered
+        covering = self.covering(report.key, report.t_us)
+        lead = max((w.lead_us for w in covering), default=None)
+        self.tracker(report.key).observe(report.queue_pkts, bool(covering), lead or None)
+        return bool(covering)
 
     def needed(self, key: BurstKey) -> bool:
         """A fixed lead arms wherever a prediction is confident; a learned one only where a standing

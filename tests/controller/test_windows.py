@@ -246,7 +246,7 @@ def test_back_to_back_iterations_whose_flights_fill_the_period_keep_their_window
 def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
     """The report reaches the controller milliseconds after its packet, and a tick may have expired the
     window (1 ms past the predicted start) meanwhile: the start was covered all the same, and the lead
-    learns it as covered."""
+    learns what its lead gave."""
     planner = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
     planner.observe_start(BurstReport("s1", 2, 1, T0, 40))  # a standing queue: windows are needed
     [arm] = planner.update(KEY, prediction(T0 + P), now_us=T0)
@@ -254,9 +254,10 @@ def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
     assert arm.window.contains(start)
     assert [c.op for c in planner.expire("s1", arm.window.end_us)] == ["disarm"]  # before the report came
     assert planner.armed(KEY) == [] and planner.covering(KEY, start) == [arm.window]
-    lead = planner.tracker(KEY).lead_us
     assert planner.observe_start(BurstReport("s1", 2, 1, start, 30)) is True
-    assert planner.tracker(KEY).lead_us == lead * 1.5  # covered, still above K_pre: the lead grows
+    tracker = planner.tracker(KEY)
+    # Its lead, 30 ms (0.3 x the period), counts for the nearest lead of the ladder (54 ms).
+    assert arm.window.lead_us == 30_000 and tracker.score(tracker.ladder[0]) == 30
     # A window removed before the start (stale, replaced) did not cover it.
     assert planner.covering(KEY, arm.window.end_us + 10) == []
 
@@ -277,19 +278,26 @@ def _settle(met, rounds=60):
     return steps
 
 
-def test_learned_lead_aims_below_k_pre_up_to_the_first_lead():
-    """Where a longer window drains the queue further (two flows), the lead grows until covered starts
-    meet half of K_pre, as long as it stays shorter than the first lead (81 ms here, about a host's
-    announcement); where the queue stays near K_pre however long the window (many flows), the lead
-    stops about there instead of growing to its bound."""
-    host = initial_lead_us(40, 1000, 1000)
-    drains = _settle(lambda open_us: 12 if open_us < 30_000 else 8 if open_us < 60_000 else 4)[-20:]
-    assert sum(queue <= 5 for _, queue in drains) >= 15 and all(lead <= 1.5 * host for lead, _ in drains)
+def test_the_lead_is_the_one_whose_starts_met_the_least_queue():
+    """The queue a window leaves is not monotone in how long it was open (measured on pcn-training):
+    the background backs off, the queue drains to a trough, and it grows back to K_pre while the window
+    holds. The lead whose covered starts met the least is chosen, the shortest of the equally good."""
+    host = initial_lead_us(40, 1000, 1000)   # 81 ms: the first lead
+    trough = _settle(lambda open_us: 12 if open_us < 100_000 else 4 if open_us < 150_000 else 9)[-20:]
+    assert sum(queue <= 4 for _, queue in trough) >= 16 and all(lead <= 2.5 * host for lead, _ in trough)
+    # Where every lead leaves the queue near K_pre (many flows), the shortest is kept.
     stuck = _settle(lambda open_us: 12 if open_us < 30_000 else 8)[-20:]
-    assert all(queue <= 10 for _, queue in stuck) and all(lead <= 1.5 * host for lead, _ in stuck)
-    # Aimed at K_pre alone (as before), the lead would settle where starts just meet K_pre: 8 packets.
-    old = LeadTracker(1000, LeadConfig(k_pre=10, rtt_us=1000, aim=1.0))
-    old.observe(40, covered=False)
-    for _ in range(30):
-        old.observe(4 if old.lead_us >= 60_000 else 8 if old.lead_us >= 30_000 else 12, covered=True)
-    assert old.lead_us < 60_000
+    assert sum(lead == round(host / 1.5) for lead, _ in stuck) >= 16
+    # The tries, shortest first, then the choice; a neighbour now and then.
+    tracker = LeadTracker(1000, LeadConfig(k_pre=10, rtt_us=1000, tries=1, refresh=4))
+    tracker.observe(40, covered=False)
+    assert tracker.ladder == (54_000, 81_000, 121_500, 182_250, 273_375, 410_062)
+    tracker.lead(period_us=1_000_000)               # leads above 300 ms (0.3 x the period) are not tried
+    tried = []
+    for _ in range(8):
+        tried.append(tracker.lead_us)
+        tracker.observe({121_500: 3}.get(tracker.lead_us, 9), covered=True)
+    assert tried == [81_000, 54_000, 121_500, 182_250, 273_375, 121_500, 121_500, 121_500]
+    assert tracker.lead_us == 81_000                # after the 8th covered start: a neighbour again
+
+
