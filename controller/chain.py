@@ -44,7 +44,8 @@ class ChainConfig:
     min_errors: int = 3         # a model with fewer scored starts cannot be chosen over the rhythm
     min_lag_us: int = 2000      # a cause closer to the start than this gives no notice: not a cause,
     min_lag_share: float = 0.25  # nor one closer than this x the target's period (a window must fit: a
-                                # ring neighbour starting 5 ms before is steady but gives no notice)
+                                # ring neighbour starting 5 ms before is steady but gives no notice),
+    notice_us: int = 100_000    # though one this far ahead gives notice enough whatever the period
     switch_margin: float = 0.8  # a challenger's error must be under this x the chosen model's to take over
     gate_sigmas: float = 4.0    # a start within gate_sigmas x RMS of the prediction is a hit
     min_gate_us: float = 1000.0
@@ -167,7 +168,9 @@ class ChainModels:
             # A rhythm's error is at most half a period: farther, it predicted another slot.
             err = max(min(t - rhythm_predicted_us, period / 2), -period / 2)
             self._score(key, RHYTHM, err)
-        min_lag = max(cfg.min_lag_us, cfg.min_lag_share * period)
+        # Measured: pcn-training's first iterations, 1 s apart while the workers warm up, held the PS's
+        # reply chain (150 ms) back until the period fell to 330 ms; iterations 3-10 were uncovered.
+        min_lag = max(cfg.min_lag_us, min(cfg.min_lag_share * period, cfg.notice_us))
         self._drop_short_lags(key, min_lag)
         scored = set()
         if since is not None and since < t:
