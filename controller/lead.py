@@ -5,9 +5,10 @@ The standing queue a burst would meet is what iteration starts met when no windo
 queue to hear the marks: 2 x queue / rate + the base RTT. The leads tried are a ladder around it
 (ratio x apart, from one step below to `steps` above, never beyond max_share x the period), and the
 switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
-`tries` times in turn, shortest first; then the lead whose recent starts met the least is used, the
-shortest of those within `tolerance` packets of the least, and every `refresh`-th covered start tries
-a neighbour of it again, so the choice follows a port whose traffic changes.
+`tries` times in turn, shortest first (the first lead and its neighbours, then longer ones while the
+longest tried is the best); then the lead whose recent starts met the least is used, the shortest of
+those within `tolerance` packets of the least, and every `refresh`-th covered start tries a neighbour
+of it again, so the choice follows a port whose traffic changes.
 
 Why a choice and not a lead that grows while starts meet too much (the lead of commit 45342a3):
 the queue a window leaves is not monotone in how long it was open. The marks make the background
@@ -106,17 +107,25 @@ class LeadTracker:
     def _next(self) -> int:
         cfg = self.config
         ladder = [rung for rung in self.ladder if rung <= self._upper] or [self.ladder[0]]
-        untried = [rung for rung in ladder if len(self._met[rung]) < cfg.tries]
-        if untried:
-            return untried[0]
-        scores = {rung: self.score(rung) for rung in ladder}
+        tried = [rung for rung in ladder if len(self._met[rung]) >= cfg.tries]
+        scores = {rung: self.score(rung) for rung in tried}
+        # The first lead, the one below and the one above it are tried; a longer one only while the longest
+        # tried is the best so far (the queue falls to a trough and rises again: a run has 75-150 starts,
+        # and each lead tried costs `tries` of them).
+        for i, rung in enumerate(ladder):
+            if rung in scores:
+                continue
+            below = ladder[i - 1] if i else None
+            if i <= 2 or (below in scores and scores[below] <= min(scores.values())):
+                return rung
+            break
         best = min(scores.values())
-        chosen = next(rung for rung in ladder if scores[rung] <= best + cfg.tolerance)
-        if self._covered % cfg.refresh or len(ladder) == 1:
+        chosen = next(rung for rung in tried if scores[rung] <= best + cfg.tolerance)
+        if self._covered % cfg.refresh or len(tried) == 1:
             return chosen
-        i = ladder.index(chosen)
+        i = tried.index(chosen)
         side = 1 if (self._covered // cfg.refresh) % 2 else -1
-        return ladder[i + side if 0 <= i + side < len(ladder) else i - side]
+        return tried[i + side if 0 <= i + side < len(tried) else i - side]
 
     def lead(self, period_us: float) -> int:
         """The lead to plan with now, within [min_lead_us, max_share x the period]."""
