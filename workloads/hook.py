@@ -17,7 +17,11 @@ aborts ("terminate called without an active exception"; a core dump showed the g
 PythonFunctionGuard's release, the main thread in Py_FinalizeEx). Measured: 2 ranks' exits in about
 120 runs of examples/ddp_train_hooked.py in containers, 2 in 10 of a script that ends right after its
 last backward. So every callback is counted until released, and `drain` (at exit, while the
-interpreter is whole) waits, GIL released, until gloo holds none of them.
+interpreter is whole) waits, GIL released, until gloo holds none of them. The callback's own future
+(the `then`, whose value is the callback's Python result) is the other Python object a gloo thread
+can free last: a core dump of the 1 abort in 110 exits that remained showed a gloo thread destroying
+it (~ConcretePyObjectHolder taking the GIL) while the main thread was in Py_FinalizeEx. The hook holds
+every future it hands DDP until newer ones replace it, so the last reference goes on a Python thread.
 
 In pcn-host runs (PCNLAB_PCN_START=1) the hook announces each iteration's gradients (PCN-START,
 announce.py) to the ring successor, where gloo's ring all-reduce sends them, one lead before the
@@ -32,6 +36,7 @@ import atexit
 import os
 import threading
 import time
+from collections import deque
 
 from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.announce import Announcer, start_listener
@@ -50,6 +55,9 @@ class IterationHook:
         self.outstanding = 0
         self.last_seen = False
         self.held = 0              # completion callbacks not yet released by gloo's threads
+        # The futures handed to DDP, held here too (see the module's docstring); the oldest go on this
+        # thread as new ones come, long after gloo let go of them.
+        self._futures: deque = deque(maxlen=256)
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -82,7 +90,9 @@ class IterationHook:
                 self.last_seen = True
             self.held += 1
         future = dist.all_reduce(bucket.buffer().div_(self.world), async_op=True).get_future()
-        return future.then(_Completion(self))
+        result = future.then(_Completion(self))
+        self._futures.append(result)
+        return result
 
     def done(self) -> None:
         """One bucket's all-reduce completed (on a gloo thread); the last one ends the iteration."""
@@ -100,11 +110,14 @@ class IterationHook:
         with self._lock:
             self.held -= 1
 
-    def drain(self, timeout_s: float = 2.0) -> None:
-        """Wait (sleeping, so gloo's threads may take the GIL) until they hold none of the callbacks."""
+    def drain(self, timeout_s: float = 2.0, grace_s: float = 0.02) -> None:
+        """Wait (sleeping, so gloo's threads may take the GIL) until they hold none of the callbacks, and
+        `grace_s` more for the rest of each callback's teardown (the GIL may pass to this thread inside
+        the release, before the callback's future is let go)."""
         deadline = time.monotonic() + timeout_s
         while self.held > 0 and time.monotonic() < deadline:
             time.sleep(0.001)
+        time.sleep(grace_s)
 
 
 class _Completion:
