@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from pcnlab.chromium import Page
-from pcnlab.experiments.view import write_view
+from pcnlab.analysis.view import write_view
 
 DRAWN = """new Promise(done => {
   const ready = () => window.Bokeh !== undefined && Bokeh.documents.length > 0 && Bokeh.documents[0].roots().length > 0;

@@ -28,7 +28,7 @@ import finsy as fy
 from pcnlab.controller.dataplane import BURST_DIGEST, BurstStart, DataPlaneConfig, PortMode, window_entry
 from pcnlab.controller.forwarding import route_entries
 from pcnlab.controller.program import P4Program
-from pcnlab.controller.specs import PortQueue, SwitchEndpoint
+from pcnlab.controller.endpoints import PortQueue, SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift
 from pcnlab.errors import PcnLabError
 

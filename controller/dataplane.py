@@ -9,13 +9,12 @@ from dataclasses import dataclass, field, replace
 
 import finsy as fy
 
+from pcnlab.controller.modes import K_PRE_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.errors import UsageError
 from pcnlab.p4src.facts import program_facts
 
-MODES = ("droptail", "ecn", "pcn", "pcn-host")
 K, K_PRE = 40, 10   # the default thresholds (packets): ECN marking, and background's while a burst is expected
-K_PRE_MODES = ("pcn", "pcn-host")   # the modes with a lower threshold K_pre for background (the others ignore it)
 FACTS = program_facts()  # generated from p4src/ by `make p4` (p4src/facts.py)
 MAX_PORTS = FACTS["MAX_PORTS"]
 MAX_JOBS = FACTS["MAX_JOBS"]   # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)

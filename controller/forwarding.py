@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import finsy as fy
 
-from pcnlab.controller.specs import Route
+from pcnlab.controller.endpoints import Route
 
 ROUTES_TABLE = "ipv4_routes"
 

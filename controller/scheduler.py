@@ -24,7 +24,7 @@ from pcnlab.controller.dataplane import BurstStart
 from pcnlab.controller.events import EventLog
 from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
 from pcnlab.controller.predictor import PredictorBank
-from pcnlab.controller.specs import SwitchEndpoint
+from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.core import WindowScheduler
 from pcnlab.controller.segments import LearnedGaps

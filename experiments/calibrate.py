@@ -1,11 +1,11 @@
 """`pcnlab calibrate`: what this machine sustains, measured on one BMv2 switch (the no-logging build,
 as runs use) running p4src/pcn.p4 through the controller, written to the calibration file
-(experiments/calibration.py says where and what it holds).
+(pcnlab/calibration.py says where and what it holds).
 
 1. Forwarding: a star of one switch, no queue rate set; UDP full-size frames (1514 bytes on the wire)
    from h1 to h2 offered in steps; packets/s received, telemetry off and cloning every packet.
 2. Idle processing lag: the first (light) step with telemetry on; per packet that met an empty queue,
-   egress - ingress - queueing time (experiments/fidelity.py's figure).
+   egress - ingress - queueing time (analysis/fidelity.py's figure).
 3. PyTorch workers beside it: h2's port set to a rate (20 Mbit/s by default) and kept backlogged by
    UDP at 1.3 x that rate, while a ps job (mlp) with 0, 1, 2, ... workers runs in the other hosts; the
    rate achieved while backlogged, BMv2's CPU and the machine's idle time for each, as the fidelity
@@ -30,15 +30,15 @@ import pandas as pd
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.program import P4Program
-from pcnlab.controller.specs import PortQueue
+from pcnlab.controller.endpoints import PortQueue
 from pcnlab.errors import PcnLabError
-from pcnlab.experiments.calibration import save_calibration
-from pcnlab.experiments.config.runs import FidelityConfig
-from pcnlab.experiments.fidelity import backlogged_rate, cpu_figures, processing_lag_us
+from pcnlab.calibration import save_calibration
+from pcnlab.analysis.fidelity_limits import FidelityConfig
+from pcnlab.analysis.fidelity import backlogged_rate, cpu_figures, processing_lag_us
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.experiments.sampler import CpuSampler
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
-from pcnlab.topologies.routing import FRAME_BYTES, rate_pps
+from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.topos import make_topology
 
 UDP_PAYLOAD = FRAME_BYTES - 14 - 20 - 8      # a full-size frame: Ethernet, IPv4 and UDP headers around it

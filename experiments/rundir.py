@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pcnlab.files import give_back
 from pcnlab.ledger import RunLedger
 from pcnlab.status import write_status
 from pcnlab.toolchain import require_root
@@ -15,32 +16,6 @@ from pcnlab.toolchain import require_root
 
 def timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H-%M-%S")
-
-
-def invoking_user() -> tuple[int, int] | None:
-    """(uid, gid) of the user who ran us through sudo (SUDO_UID, SUDO_GID) while we are root; else None."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"])
-    except (KeyError, ValueError):
-        return None
-    return None if uid == 0 else (uid, gid)
-
-
-def give_back(*paths: Path) -> None:
-    """Hand results to the user behind `sudo`, so they read and re-plot them without root: each path,
-    and for a folder everything in it (a symlink itself, never what it points at). Nothing without sudo."""
-    user = invoking_user()
-    if user is None:
-        return
-    for path in map(Path, paths):
-        inside = os.walk(path) if path.is_dir() and not path.is_symlink() else ()
-        for item in [path, *(Path(top) / name for top, dirs, files in inside for name in dirs + files)]:
-            try:
-                os.lchown(item, *user)
-            except FileNotFoundError:
-                pass
 
 
 @dataclass

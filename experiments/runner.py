@@ -16,7 +16,7 @@ from pcnlab.controller.dataplane import read_port_counters
 from pcnlab.controller.events import EventLog
 from pcnlab.errors import AnalysisFailed, PcnLabError
 from pcnlab.experiments.config.runs import Experiment, RunConfig
-from pcnlab.experiments.control import start_controller
+from pcnlab.experiments.run_controller import start_controller
 from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.experiments.sampler import CpuSampler
@@ -198,9 +198,9 @@ class ExperimentRunner:
         return (self.results_root / self.experiment.name / self.stamp).resolve()
 
     def run_all(self) -> list[RunOutcome]:
-        from pcnlab.experiments.analysis import analyse_run
-        from pcnlab.experiments.report import summarise_sweep
-        from pcnlab.experiments.fidelity import check_run, verdict_line
+        from pcnlab.analysis.metrics import analyse_run
+        from pcnlab.analysis.report import summarise_sweep
+        from pcnlab.analysis.fidelity import check_run, verdict_line
 
         runs = self.experiment.runs()
         outcomes: list[RunOutcome] = []

@@ -17,20 +17,17 @@ under flows/.
 Every change applied is an event in events.jsonl: {"type": "schedule", "action": "rate" | "start" |
 "stop", "at_s" (as planned), "applied_s" (when it took effect, seconds after the jobs started), and
 for a rate "switch", "port", "peer", "mbps", "rate_pps", "call_ms"; for a flow "flow"}. The rate a
-port had at any moment (`rate_timeline`) is read back from those events by the fidelity check and
-the metrics.
+port had at any moment is read back from those events by the reading side (analysis/results.py,
+`rate_timeline`) for the fidelity check.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
-from pcnlab.topologies.routing import rate_pps
-
-if TYPE_CHECKING:      # the config imports this module: it loads without pandas
-    import pandas as pd
+from pcnlab.rates import rate_pps
 
 
 @dataclass(frozen=True)
@@ -200,16 +197,3 @@ class ScheduleRunner:
         for handle in self.finished.values():
             out.update(handle.throughput())
         return out
-
-
-def rate_timeline(events: "pd.DataFrame", configured: dict[tuple[str, int], int]) -> dict[tuple[str, int], list]:
-    """Per (switch, port): [(from host_ns or None for the start, rate_pps), ...] in time order: the
-    configured rate, then every scheduled change (the `schedule` rate events)."""
-    out = {key: [(None, rate)] for key, rate in configured.items()}
-    if events.empty or "action" not in events:
-        return out
-    changes = events[(events["type"] == "schedule") & (events["action"] == "rate")].sort_values("host_ns")
-    for _, row in changes.iterrows():
-        out.setdefault((row["switch"], int(row["port"])), [(None, None)]).append((int(row["host_ns"]),
-                                                                                  int(row["rate_pps"])))
-    return out

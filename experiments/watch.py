@@ -7,7 +7,7 @@
                       Event `flow_ended` {flow, status}.
 
 A job's rank that fails ends the run (JobHandle.check raises, in one line). The fidelity check reads
-these events and names each one (experiments/fidelity.py), so a run with a hole is never trusted
+these events and names each one (analysis/fidelity.py), so a run with a hole is never trusted
 silently. Each is reported once.
 """
 

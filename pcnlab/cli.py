@@ -49,7 +49,7 @@ def _cmd_p4(args) -> int:
 
 
 def _cmd_slice(args) -> int:
-    from pcnlab.experiments.slice import run_slice
+    from pcnlab.experiments.pingall import run_slice
     from pcnlab.topologies.network import NetworkOptions
 
     options = NetworkOptions(switch=args.switch, packet_log=args.packet_log, pcap=args.pcap,
@@ -74,7 +74,7 @@ def _cmd_run(args) -> int:
 
     experiment = load_experiment(args.file, args.overrides)
     runs = experiment.runs()
-    from pcnlab.experiments.calibration import load_calibration, rate_warning
+    from pcnlab.calibration import load_calibration, rate_warning
 
     warning = rate_warning(runs, load_calibration())
     if warning:
@@ -110,13 +110,13 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from pcnlab.experiments.report import run_report
+    from pcnlab.analysis.report import run_report
 
     if args.recompute:
-        from pcnlab.experiments.analysis import analyse_run
-        from pcnlab.experiments.fidelity import check_run
+        from pcnlab.analysis.metrics import analyse_run
+        from pcnlab.analysis.fidelity import check_run
         from pcnlab.status import write_status
-        from pcnlab.results import load_run, run_folders
+        from pcnlab.analysis.results import load_run, run_folders
 
         for folder in run_folders(Path(args.dir)):
             status = load_run(folder).status
@@ -133,22 +133,22 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from pcnlab.export import export_parquet
+    from pcnlab.analysis.export import export_parquet
 
     export_parquet(Path(args.dir), Path(args.parquet))
     return 0
 
 
 def _cmd_queues(args) -> int:
-    from pcnlab.experiments.queues import show_queues
+    from pcnlab.analysis.queues import show_queues
 
     show_queues(Path(args.dir), args.switch, args.port, args.around_iteration, args.margin_ms, args.rows)
     return 0
 
 
 def _cmd_view(args) -> int:
-    from pcnlab.experiments.view import write_view
-    from pcnlab.experiments.view_data import Decimation
+    from pcnlab.analysis.view import write_view
+    from pcnlab.analysis.view_data import Decimation
 
     if args.bins < 100:
         raise UsageError(f"--bins {args.bins}: give at least 100 (time bins over the run; default 4000)")
@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "those of runs that completed but whose analysis failed")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("export", help="a run's or an experiment's tables (pcnlab.results) as Parquet files")
+    p = sub.add_parser("export", help="a run's or an experiment's tables (pcnlab.analysis.results) as Parquet files")
     p.add_argument("dir", help="results/<experiment>[/<timestamp>|/latest] or a run folder")
     p.add_argument("--parquet", required=True, metavar="OUT", help="folder to write queue, iterations, events, "
                    "flows, iteration_table and metrics .parquet into (a `run` column tells the runs apart)")

@@ -1,7 +1,8 @@
 """Writing a result file so that a reader never sees half of it: the text goes to a temporary file
 beside the target, is flushed to disk, and replaces the target in one rename (atomic on one file
 system). A run killed while writing status.json, metrics.json, fidelity.json or summary.json leaves
-the previous version or the new one, never a cut file that `pcnlab report` chokes on."""
+the previous version or the new one, never a cut file that `pcnlab report` chokes on. What a run or a
+report writes under sudo is handed back to the user behind it (`give_back`)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,29 @@ def write_atomic(path: str | Path, text: str) -> None:
 def write_json(path: str | Path, data: Any, **dumps: Any) -> None:
     """`json.dumps(data, **dumps)` (indent 1 unless given), written atomically, with a final newline."""
     write_atomic(path, json.dumps(data, **{"indent": 1, **dumps}) + "\n")
+
+
+def invoking_user() -> tuple[int, int] | None:
+    """(uid, gid) of the user who ran us through sudo (SUDO_UID, SUDO_GID) while we are root; else None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"])
+    except (KeyError, ValueError):
+        return None
+    return None if uid == 0 else (uid, gid)
+
+
+def give_back(*paths: Path) -> None:
+    """Hand results to the user behind `sudo`, so they read and re-plot them without root: each path,
+    and for a folder everything in it (a symlink itself, never what it points at). Nothing without sudo."""
+    user = invoking_user()
+    if user is None:
+        return
+    for path in map(Path, paths):
+        inside = os.walk(path) if path.is_dir() and not path.is_symlink() else ()
+        for item in [path, *(Path(top) / name for top, dirs, files in inside for name in dirs + files)]:
+            try:
+                os.lchown(item, *user)
+            except FileNotFoundError:
+                pass

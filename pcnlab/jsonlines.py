@@ -33,7 +33,7 @@ from pcnlab.errors import UsageError
 ANCHOR = "anchor"
 ITERATION = "iteration"
 # The fields of an "iteration" line: every line has iter, the four moments and loss; bytes_sent and
-# bytes_recv where the process counts them. The readers take them for granted (pcnlab.results.iterations
+# bytes_recv where the process counts them. The readers take them for granted (pcnlab.analysis.results.iterations
 # always has their columns); a line without one of ITERATION_REQUIRED is refused (`Iteration.from_line`).
 ITERATION_FIELDS = ("iter", "compute_start_ns", "compute_end_ns", "comm_start_ns", "comm_end_ns", "bytes_sent",
                     "bytes_recv", "loss")

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.specs import load_endpoints
+from pcnlab.controller.endpoints import load_endpoints
 from pcnlab.errors import UsageError
 
 TAKEOVER_ELECTION_ID = 100
@@ -35,7 +35,7 @@ def endpoints_file(topology: Path) -> Path:
 
 def _run_config(folder: Path, mode: str | None, k: int | None, k_pre: int | None):
     """The run's resolved configuration, with the mode changes asked for; None for a slice."""
-    from pcnlab.controller.dataplane import MODES
+    from pcnlab.controller.modes import MODES
     from pcnlab.experiments.config.runs import RunConfig
 
     path = folder / "config.yaml"
@@ -50,7 +50,7 @@ def _run_config(folder: Path, mode: str | None, k: int | None, k_pre: int | None
 
 def run_standalone(topology: Path, mode: str | None, k: int | None, k_pre: int | None,
                    events_path: Path | None, say=print) -> None:
-    from pcnlab.experiments.control import start_controller, start_slice_controller
+    from pcnlab.experiments.run_controller import start_controller, start_slice_controller
 
     path = endpoints_file(topology)
     folder = path.parent

@@ -1,6 +1,6 @@
 """A run folder's status.json, its one writer and reader: running -> finished | failed | aborted |
 killed, with when and why. The runner (experiments/rundir.py), the ledger's cleaner (a dead run is
-marked killed), `pcnlab analyse` and the readers (pcnlab.results, the report) all go through here.
+marked killed), `pcnlab analyse` and the readers (pcnlab.analysis.results, the report) all go through here.
 """
 
 from __future__ import annotations

@@ -62,10 +62,12 @@ fi
 torch_wheel=$(ls "$wheels"/torch-*.whl)
 "${pip[@]}" download "${target[@]}" -d "$wheels" "$torch_wheel" numpy 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
 printf '%s\n' "torch==2.13.0+cpu" numpy >"$wheels/requirements.txt"
-# pcnlab from this checkout: its tracked and new files (not ignored ones), built as a wheel.
+# pcnlab from this checkout: its tracked and new files (not ignored ones) in the folders pyproject.toml maps
+# to packages (package-dir), built as a wheel.
 src="$work/src"; mkdir -p "$src"
-git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE scripts/build_backend.py \
-  pcnlab controller topologies workloads experiments p4src | tar -c -T - | tar -C "$src" -x
+folders=$("$PY" -c 'import tomllib; print(*sorted(set(tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"].values())))')
+git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE scripts/build_backend.py $folders \
+  | tar -c -T - | tar -C "$src" -x
 "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$wheels" "$src" >"$work/wheel.log" 2>&1 \
   || { tail -5 "$work/wheel.log"; say "building the pcnlab wheel failed (log above)"; exit 1; }
 say "wheels: $(ls "$wheels" | grep -c whl) ($(du -sh "$wheels" | cut -f1)) after $(( $(date +%s) - t1 )) s"

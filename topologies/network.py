@@ -15,12 +15,13 @@ from mininet.net import Mininet
 from mininet.node import CPULimitedHost, Host
 from mininet.nodelib import LinuxBridge
 
-from pcnlab.controller.specs import SwitchEndpoint, save_endpoints
+from pcnlab.controller.endpoints import SwitchEndpoint, save_endpoints
 from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.ledger import RunLedger, clean_stale
 from pcnlab.topologies import control_ports
 from pcnlab.topologies.bmv2 import Bmv2StartError, Bmv2Switch
-from pcnlab.topologies.routing import FRAME_BYTES, compute_routes, port_queues, ports_of
+from pcnlab.rates import FRAME_BYTES
+from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
 
 SWITCH_KINDS = ("bmv2", "bridge")

@@ -10,7 +10,8 @@ from collections import deque
 
 from mininet.topo import Topo
 
-from pcnlab.controller.specs import PortQueue, Route
+from pcnlab.controller.endpoints import PortQueue, Route
+from pcnlab.rates import rate_pps
 
 
 def _distances_to(topo: Topo, target: str) -> dict[str, int]:
@@ -49,19 +50,6 @@ def compute_routes(topo: Topo) -> dict[str, list[Route]]:
 
 def ports_of(topo: Topo, switch: str) -> dict[int, str]:
     return {topo.port(switch, peer)[0]: peer for peer in sorted(topo.g[switch])}
-
-
-FRAME_BYTES = 1514  # a full-size IPv4 packet on the wire (MTU 1500 + Ethernet header)
-
-
-def rate_pps(mbps: float, frame_bytes: int = FRAME_BYTES) -> int:
-    """BMv2 drains its queues in packets per second: the link rate in full-size frames."""
-    return max(1, round(mbps * 1e6 / (8 * frame_bytes)))
-
-
-def rate_mbps(pps: float, frame_bytes: int = FRAME_BYTES) -> float:
-    """The link rate a BMv2 queue rate stands for (the inverse of rate_pps)."""
-    return pps * 8 * frame_bytes / 1e6
 
 
 def port_queues(topo: Topo, switch: str) -> list[PortQueue]:

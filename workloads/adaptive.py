@@ -16,8 +16,8 @@ run's logs carry the bytes TCP really moved. Each iteration record gets:
 
 from __future__ import annotations
 
-from pcnlab.workloads.codecs import ADAPTIVE
-from pcnlab.workloads.config import TrainConfig
+from pcnlab.workloads.compression_methods import ADAPTIVE
+from pcnlab.workloads.process_config import TrainConfig
 from pcnlab.workloads.gradsync import RingSync, ShardSync, WorkerSync
 from pcnlab.workloads.netsense import NetSensePolicy, Observation, job_ladder, rank_sizes
 from pcnlab.workloads.tcpsense import GlooSockets, sense

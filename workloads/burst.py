@@ -20,50 +20,17 @@ RTT, or --pcn-lead-us) ahead; see netutil.PCN_START_DSCP.
 
 from __future__ import annotations
 
-import random
 import signal
-import socket
-import struct
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.announce import announce_socket, default_lead_us, send_announcement, start_listener
-from pcnlab.workloads.config import BurstConfig, as_dict, parse_config
+from pcnlab.workloads.burst_session import (HELLO, Pacer, Payload, accept_workers, announce_listener, announce_udp,
+                                            join_ps, wait_and_announce)
 from pcnlab.workloads.joblog import JsonLog
-from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, set_cc, tcp_info
-
-HEADER = struct.Struct("!QQ")  # iteration, payload bytes
-HELLO = struct.Struct("!Q")    # the worker's rank, once per connection
-
-
-class _Payload:
-    def __init__(self, size: int):
-        self.buf = memoryview(bytearray(max(size, 1)))
-        self._out = memoryview(bytearray(HEADER.size + max(size, 1)))
-
-    def send(self, sock: socket.socket, it: int, size: int) -> None:
-        """Header and payload in one write: a burst's first segment is a full one, never a lone header
-        (which the switch would not count as the burst's start: it looks like a control message).
-        One thread at a time per object: pack_into zeroes the header before writing it, so another
-        thread's sendall of the same buffer could put a header of zeros on the wire."""
-        if HEADER.size + size > len(self._out):
-            self._out = memoryview(bytearray(HEADER.size + size))
-        HEADER.pack_into(self._out, 0, it, size)
-        sock.sendall(self._out[:HEADER.size + size])
-
-    def receive(self, sock: socket.socket, expect_it: int) -> tuple[int, int]:
-        """(first byte's time, payload size)."""
-        head = bytearray(HEADER.size)
-        first = recv_exact(sock, memoryview(head))
-        it, size = HEADER.unpack(head)
-        if it != expect_it:
-            raise ConnectionError(f"expected iteration {expect_it}, got {it}")
-        if size > len(self.buf):
-            self.buf = memoryview(bytearray(size))
-        recv_exact(sock, self.buf[:size])
-        return first, size
+from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, tcp_info
+from pcnlab.workloads.process_config import BurstConfig, as_dict, parse_config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,61 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     log.close("ok")
 
 
-def _announce_listener(cfg: BurstConfig, log: JsonLog, bind_addr: str) -> None:
-    """Absorb (and log) PCN-START datagrams, so they cost the host no ICMP port-unreachable."""
-    start_listener(log, bind_addr, cfg.port)
-
-
-class _Pacer:
-    """When each burst starts: period, compute gap and jitter; announcements one lead ahead."""
-
-    def __init__(self, cfg: BurstConfig):
-        self.cfg = cfg
-        self.rng = random.Random(cfg.seed * 7919 + cfg.rank)
-        self.t0 = time.monotonic_ns()
-
-    def next_start(self, it: int, answered_ns: int) -> int:
-        cfg = self.cfg
-        target = answered_ns + int(cfg.compute_ms * 1e6)
-        if cfg.period_ms > 0:
-            target = max(target, self.t0 + int(it * cfg.period_ms * 1e6))
-        if cfg.jitter_ms > 0:
-            target += int(self.rng.uniform(-cfg.jitter_ms, cfg.jitter_ms) * 1e6)
-        return max(target, answered_ns)
-
-
-def _sleep_until(t_ns: int) -> None:
-    delay = (t_ns - time.monotonic_ns()) / 1e9
-    if delay > 0:
-        time.sleep(delay)
-
-
-def _announce(cfg: BurstConfig, log: JsonLog, udp: socket.socket, dst: str, it: int, lead_us: float) -> int:
-    return send_announcement(udp, log, dst, cfg.port, job=cfg.job, rank=cfg.rank, it=it, nbytes=cfg.burst_bytes,
-                             lead_us=lead_us)
-
-
-def _wait_and_announce(cfg, log, pacer, udp, data_sock, dst, it, answered_ns) -> tuple[int, int | None]:
-    """Sleep through the compute gap, announcing one lead before the burst. (gap start, announce time)."""
-    start = pacer.next_start(it, answered_ns)
-    announced = None
-    if udp is not None:
-        lead_us = cfg.pcn_lead_us or default_lead_us(tcp_info(data_sock).get("srtt_us"))
-        _sleep_until(start - int(lead_us * 1e3))
-        announced = _announce(cfg, log, udp, dst, it, lead_us)
-    _sleep_until(start)
-    return start, announced
-
-
-def _udp(cfg: BurstConfig) -> socket.socket | None:
-    return announce_socket() if cfg.pcn_start else None
-
-
 def _ps(cfg: BurstConfig, log: JsonLog) -> None:
     conns = accept_workers(cfg, log)
     ranks = sorted(conns)
-    payloads = {r: _Payload(cfg.burst_bytes) for r in ranks}
-    replies = {r: _Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
+    payloads = {r: Payload(cfg.burst_bytes) for r in ranks}
+    replies = {r: Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
     with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
         for it in range(cfg.iterations):
             got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
@@ -168,50 +85,15 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
         sock.close()
 
 
-def accept_workers(cfg: BurstConfig, log: JsonLog, before_go=None) -> dict[int, socket.socket]:
-    """The PS's side of the start: every worker connects and says its rank; then (after `before_go(conns)`,
-    if given) all are told to go."""
-    server = listen(cfg.ps_addr, cfg.port)
-    _announce_listener(cfg, log, cfg.ps_addr)
-    server.settimeout(cfg.timeout_s)
-    conns: dict[int, socket.socket] = {}
-    while len(conns) < cfg.workers:
-        try:
-            sock, _ = server.accept()
-        except TimeoutError:
-            raise ConnectionError(f"only {len(conns)} of {cfg.workers} workers connected within "
-                                  f"{cfg.timeout_s:.0f} s") from None
-        sock.settimeout(None)
-        set_cc(sock, cfg.cc)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        head = bytearray(HELLO.size)
-        recv_exact(sock, memoryview(head))
-        conns[HELLO.unpack(head)[0]] = sock
-    server.close()
-    if before_go is not None:
-        before_go(conns)
-    for sock in conns.values():  # everyone is here: iteration 0 starts together, like a real job
-        sock.sendall(HELLO.pack(len(conns)))
-    return conns
-
-
-def join_ps(cfg: BurstConfig) -> socket.socket:
-    """A worker's side of the start: connect, say its rank, wait for the PS's go."""
-    sock = connect_retry(cfg.ps_addr, cfg.port, cfg.timeout_s, cfg.cc)
-    sock.sendall(HELLO.pack(cfg.rank))
-    recv_exact(sock, memoryview(bytearray(HELLO.size)))  # the PS's go, once every worker is connected
-    return sock
-
-
 def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
     sock = join_ps(cfg)
-    udp = _udp(cfg)
-    payload = _Payload(max(cfg.burst_bytes, cfg.reply_bytes))
-    pacer = _Pacer(cfg)
+    udp = announce_udp(cfg)
+    payload = Payload(max(cfg.burst_bytes, cfg.reply_bytes))
+    pacer = Pacer(cfg)
     answered = time.monotonic_ns()
     for it in range(cfg.iterations):
         gap_start = answered
-        start, announced = _wait_and_announce(cfg, log, pacer, udp, sock, cfg.ps_addr, it, answered)
+        start, announced = wait_and_announce(cfg, log, pacer, udp, sock, cfg.ps_addr, it, answered)
         comm_start = time.monotonic_ns()
         payload.send(sock, it, cfg.burst_bytes)
         sent_end = time.monotonic_ns()
@@ -231,7 +113,7 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
     n = cfg.workers
     me, succ = peers[cfg.rank], peers[(cfg.rank + 1) % n]
     server = listen(me, cfg.port)
-    _announce_listener(cfg, log, me)
+    announce_listener(cfg, log, me)
     out = connect_retry(succ, cfg.port, cfg.timeout_s, cfg.cc)
     out.sendall(HELLO.pack(cfg.rank))
     server.settimeout(cfg.timeout_s)
@@ -242,16 +124,16 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
     inc.settimeout(None)
     recv_exact(inc, memoryview(bytearray(HELLO.size)))
     server.close()
-    udp = _udp(cfg)
+    udp = announce_udp(cfg)
     chunk = max(1, cfg.burst_bytes // n)
     steps = 2 * (n - 1)
-    send_buf, recv_buf = _Payload(chunk), _Payload(chunk)
-    pacer = _Pacer(cfg)
+    send_buf, recv_buf = Payload(chunk), Payload(chunk)
+    pacer = Pacer(cfg)
     answered = time.monotonic_ns()
     with ThreadPoolExecutor(max_workers=1) as pool:
         for it in range(cfg.iterations):
             gap_start = answered
-            start, announced = _wait_and_announce(cfg, log, pacer, udp, out, succ, it, answered)
+            start, announced = wait_and_announce(cfg, log, pacer, udp, out, succ, it, answered)
             comm_start = time.monotonic_ns()
             for step in range(steps):
                 tag = it * steps + step

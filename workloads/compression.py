@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads.codecs import METHODS, SPARSE
+from pcnlab.workloads.compression_methods import METHODS, SPARSE
 
 CHUNK = 1024                 # values per scale (int8, sign)
 HEADER_BYTES = 8             # level, payload bytes: two little-endian int32

@@ -13,7 +13,7 @@ import socket
 import sys
 import time
 
-from pcnlab.workloads.config import FlowConfig, as_dict, parse_config
+from pcnlab.workloads.process_config import FlowConfig, as_dict, parse_config
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, get_cc, listen, tcp_info
 

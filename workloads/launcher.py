@@ -34,7 +34,7 @@ from typing import Sequence
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import DIGITS_MODELS
-from pcnlab.workloads.config import BurstConfig, FlowConfig, TrainConfig, to_argv
+from pcnlab.workloads.process_config import BurstConfig, FlowConfig, TrainConfig, to_argv
 from pcnlab.workloads.containers import container_name, run_argv
 from pcnlab.workloads.hosts import TCP_CC, TCP_ECN, Hosts, ecn_value
 from pcnlab.workloads.netutil import check_cc

@@ -48,7 +48,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from pcnlab.workloads.codecs import ADAPTIVE, SPARSE
+from pcnlab.workloads.compression_methods import ADAPTIVE, SPARSE
 from pcnlab.workloads.compression import HEADER_BYTES, Codec
 
 # The candidate levels, largest payload first (level 0 is no compression).

@@ -23,7 +23,7 @@ import time
 from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
-from pcnlab.workloads.config import TRANSPORTS, TrainConfig, parse_config
+from pcnlab.workloads.process_config import TRANSPORTS, TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
 from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
                                        offsets, peers, run_main, setup_process, timed_compute, unflatten_into)

@@ -12,8 +12,8 @@ from typing import Sequence
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
-from pcnlab.workloads.codecs import DEFAULT_RATIO, check_compression
-from pcnlab.workloads.config import BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRANSPORTS
+from pcnlab.workloads.compression_methods import DEFAULT_RATIO, check_compression
+from pcnlab.workloads.process_config import BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRANSPORTS
 from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
@@ -54,7 +54,7 @@ class JobSpec:
     jitter_ms: float = 0.0
     pcn_start: bool = False          # every job kind: announce each burst (PCN-START) one lead ahead
     pcn_lead_us: float = 0.0         # 0: two smoothed RTTs (announce.default_lead_us)
-    # PyTorch jobs: gradient compression (codecs.py; adaptive: netsense.py)
+    # PyTorch jobs: gradient compression (compression_methods.py; adaptive: netsense.py)
     compression: str = "none"
     compression_ratio: float = DEFAULT_RATIO   # topk, randk: the share of values kept
     # transport

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from pcnlab.workloads.announce import Announcer, start_listener
-from pcnlab.workloads.config import TrainConfig, as_dict
+from pcnlab.workloads.process_config import TrainConfig, as_dict
 from pcnlab.workloads.joblog import JsonLog
 
 

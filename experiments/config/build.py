@@ -13,10 +13,9 @@ from pcnlab.errors import UsageError
 from pcnlab.experiments.config.changes import schedule
 from pcnlab.experiments.config.convert import convert, error, first_where, mapping, suggest, value_of
 from pcnlab.experiments.config.jobs import flows, jobs
-from pcnlab.experiments.config.runs import (FidelityConfig, ModeConfig, SwitchConfig, TelemetryConfig,
-                                            TopologyConfig)
-from pcnlab.experiments.config.schema import (SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, link_limit,
-                                              section_keys)
+from pcnlab.analysis.fidelity_limits import FidelityConfig
+from pcnlab.experiments.config.runs import ModeConfig, SwitchConfig, TelemetryConfig, TopologyConfig, link_limit
+from pcnlab.experiments.config.schema import SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, section_keys
 from pcnlab.experiments.yamlpos import Raw, Where
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 from pcnlab.workloads.specs import NAME_RE

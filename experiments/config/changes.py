@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from pcnlab.experiments.config.convert import error, first_where, fmt, list_section, mapped_items, value_of
-from pcnlab.experiments.config.runs import BackgroundFlowConfig, SwitchConfig, TopologyConfig
-from pcnlab.experiments.config.schema import link_limit, section_keys
+from pcnlab.experiments.config.runs import BackgroundFlowConfig, SwitchConfig, TopologyConfig, link_limit
+from pcnlab.experiments.config.schema import section_keys
 from pcnlab.experiments.schedule import Change, problems
 from pcnlab.experiments.yamlpos import Raw, Where
 

@@ -12,8 +12,9 @@ from pcnlab.controller.dataplane import MAX_JOB_ID
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config.convert import (convert, error, first_where, fmt, list_section, mapped_items, suggest,
                                                 value_of)
-from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig
-from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, link_limit, section_keys
+from pcnlab.experiments.config.runs import (BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig,
+                                            link_limit)
+from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, section_keys
 from pcnlab.experiments.yamlpos import Raw
 from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, image_behind, image_exists, podman_available
 from pcnlab.workloads.netutil import available_cc, kernel_has_cc

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pcnlab.controller.dataplane import K_PRE_MODES, MAX_QDEPTH, MODES
+from pcnlab.controller.dataplane import MAX_QDEPTH
+from pcnlab.controller.modes import K_PRE_MODES, MARKING_MODES, MODES
 from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, LIST_SECTIONS,
                                               MAX_LINK_MBPS, MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG,
                                               MAX_RUNS, REQUIRED, SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, Key,
                                               section_keys)
-from pcnlab.topologies.routing import FRAME_BYTES, rate_pps
+from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 
 _TYPE_WORDS = {"int": "integer", "number": "number", "bool": "true/false", "choice": "one of", "name": "name",
@@ -109,7 +110,7 @@ def reference_markdown() -> str:
         f"({BMV2_FLOW_MBPS_PACKET_LOG} on the logging",
         "build) on a 2-core machine, and the configured queue rate, not the switch's CPU, must be the",
         f"bottleneck. BMv2 drains queues in packets/s: a rate becomes `round(Mbit/s * 1e6 / (8 * {FRAME_BYTES}))`",
-        f"(`topologies.routing.rate_pps`; 20 Mbit/s = {rate_pps(20)} packets/s), written to each run's config as",
+        f"(`pcnlab.rates.rate_pps`; 20 Mbit/s = {rate_pps(20)} packets/s), written to each run's config as",
         "`topology.queue_rates_pps`.",
         "",
         "## Top level",
@@ -136,7 +137,7 @@ def reference_markdown() -> str:
             ("switch", "`switch: bridge` is short for `switch: {kind: bridge}`."),
             ("mode", "`mode: pcn` is short for `mode: {kind: pcn}`. The thresholds a mode does not use are "
                      f"kept but ignored, so one file can sweep {all_modes}; "
-                     f"K ≤ topology.queue is checked for {_and(m for m in MODES if m != 'droptail')}, "
+                     f"K ≤ topology.queue is checked for {_and(MARKING_MODES)}, "
                      f"K_pre ≤ K for {_and(K_PRE_MODES)}. "
                      "Modes other than droptail need `switch: bmv2`."),
             ("telemetry", "`telemetry: 10` is short for `telemetry: {every: 10}`; `telemetry: off` turns the "

@@ -11,9 +11,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pcnlab.experiments.config.schema import FILE_JOB_KIND, TOPOLOGY_PARAMS, default, section_keys
+from pcnlab.analysis.fidelity_limits import FidelityConfig
+from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, FILE_JOB_KIND, MAX_LINK_MBPS,
+                                             MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG, TOPOLOGY_PARAMS, default,
+                                             section_keys)
 from pcnlab.experiments.schedule import Change
-from pcnlab.topologies.routing import rate_pps
+from pcnlab.rates import rate_pps
 from pcnlab.topologies.topos import make_topology
 from pcnlab.workloads.catalog import process_model
 from pcnlab.workloads.containers import ContainerSpec
@@ -52,6 +55,19 @@ class SwitchConfig:
     pace_hosts: bool = default("switch", "pace_hosts")
 
 
+def link_limit(switch: SwitchConfig) -> tuple[float, str]:
+    """The highest link rate (Mbit/s) these switches keep up with, and why, for the error message."""
+    if switch.kind == "bridge":
+        return MAX_LINK_MBPS_BRIDGE, f"the Linux bridge variant allows ({MAX_LINK_MBPS_BRIDGE:g} Mbit/s)"
+    if switch.packet_log:
+        return MAX_LINK_MBPS_PACKET_LOG, (f"BMv2's logging build keeps up with (one TCP flow through one switch "
+                                          f"reaches about {BMV2_FLOW_MBPS_PACKET_LOG} Mbit/s with packet_log on a "
+                                          "2-core machine)")
+    return MAX_LINK_MBPS, (f"BMv2 keeps up with (one TCP flow through one switch reaches about {BMV2_FLOW_MBPS} "
+                           "Mbit/s on a 2-core machine; links stay well below so the queue rate, not the CPU, is "
+                           "the bottleneck)")
+
+
 @dataclass(frozen=True)
 class ModeConfig:
     kind: str = default("mode", "kind")
@@ -76,19 +92,6 @@ class ModeConfig:
 @dataclass(frozen=True)
 class TelemetryConfig:
     every: int | None = default("telemetry", "every")   # None: off
-
-
-@dataclass(frozen=True)
-class FidelityConfig:
-    """Thresholds of the fidelity check (experiments/fidelity.py)."""
-
-    min_rate_pct: float = default("fidelity", "min_rate_pct")
-    min_backlog_s: float = default("fidelity", "min_backlog_s")
-    max_bmv2_cpu_pct: float = default("fidelity", "max_bmv2_cpu_pct")
-    min_idle_pct: float = default("fidelity", "min_idle_pct")
-    max_lag_factor: float = default("fidelity", "max_lag_factor")
-    max_telemetry_loss_pct: float = default("fidelity", "max_telemetry_loss_pct")
-    max_controller_lag_ms: float = default("fidelity", "max_controller_lag_ms")
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class JobConfig:
 
 @dataclass(frozen=True)
 class BackgroundFlowConfig:
-    """One background TCP flow of a run (the workload process's own settings: workloads.config.FlowConfig)."""
+    """One background TCP flow of a run (the workload process's own settings: workloads.process_config.FlowConfig)."""
 
     name: str
     src: str
@@ -211,7 +214,7 @@ class RunConfig:
     source: str = ""                       # the experiment file
     overrides: tuple[str, ...] = ()        # the --set items applied
     fidelity: FidelityConfig = field(default_factory=FidelityConfig)
-    reference: str | None = None           # experiments/reference.py: figures the report shows beside ours
+    reference: str | None = None           # analysis/reference.py: figures the report shows beside ours
     schedule: tuple[Change, ...] = ()      # changes during the run (experiments/schedule.py)
 
     def to_dict(self) -> dict:

@@ -7,29 +7,30 @@ docs/yaml-reference.md. Facts owned elsewhere are imported, here and in the pack
 restated: the modes and the data plane's limits (controller/dataplane.py), the host and switch limits and
 the topologies (topologies/topos.py), the switch kinds (topologies/network.py), the job kinds, burst
 patterns and the name rule (workloads/), the models (workloads/catalog.py), the frame size
-(topologies/routing.py) and the published references (experiments/reference.py).
+(topologies/routing.py) and the published references (analysis/reference.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
-from pcnlab.controller.dataplane import (K, K_PRE, K_PRE_MODES, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
-                                         MAX_TELEMETRY_EVERY, MODES)
+from pcnlab.analysis.fidelity_limits import FidelityConfig
+from pcnlab.controller.dataplane import (K, K_PRE, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
+                                         MAX_TELEMETRY_EVERY)
+from pcnlab.controller.modes import K_PRE_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
-from pcnlab.experiments.reference import REFERENCES
+from pcnlab.analysis.reference import REFERENCES
 from pcnlab.topologies.network import SWITCH_KINDS
 from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
-from pcnlab.workloads.codecs import CHOICES as COMPRESSIONS
-from pcnlab.workloads.codecs import DEFAULT_RATIO
-from pcnlab.workloads.config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
+from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS
+from pcnlab.workloads.compression_methods import DEFAULT_RATIO
+from pcnlab.workloads.process_config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
                                      TRANSPORTS)
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
 
-if TYPE_CHECKING:
-    from pcnlab.experiments.config.runs import SwitchConfig
+FIDELITY = FidelityConfig()   # the fidelity section's defaults, from the check that owns them
 
 # --- limits -------------------------------------------------------------------------------------
 
@@ -49,19 +50,6 @@ MAX_DURATION_S = 86_400            # no time of an experiment is longer than a d
 MAX_BYTES = 1 << 30                # a burst or an answer, which the generator holds in memory: 1 GiB
 
 
-def link_limit(switch: SwitchConfig) -> tuple[float, str]:
-    """The highest link rate (Mbit/s) these switches keep up with, and why, for the error message."""
-    if switch.kind == "bridge":
-        return MAX_LINK_MBPS_BRIDGE, f"the Linux bridge variant allows ({MAX_LINK_MBPS_BRIDGE:g} Mbit/s)"
-    if switch.packet_log:
-        return MAX_LINK_MBPS_PACKET_LOG, (f"BMv2's logging build keeps up with (one TCP flow through one switch "
-                                          f"reaches about {BMV2_FLOW_MBPS_PACKET_LOG} Mbit/s with packet_log on a "
-                                          "2-core machine)")
-    return MAX_LINK_MBPS, (f"BMv2 keeps up with (one TCP flow through one switch reaches about {BMV2_FLOW_MBPS} "
-                           "Mbit/s on a 2-core machine; links stay well below so the queue rate, not the CPU, is "
-                           "the bottleneck)")
-
-
 # --- the words of the file -------------------------------------------------------------------------
 
 # An experiment file calls the launcher's burst generator ("burst") a generator; the other kinds keep
@@ -69,7 +57,7 @@ def link_limit(switch: SwitchConfig) -> tuple[float, str]:
 FILE_JOB_KIND = {"burst": "generator"}
 JOB_KINDS = tuple(FILE_JOB_KIND.get(kind, kind) for kind in LAUNCHER_JOB_KINDS)
 CCS = ("reno", "cubic", "bbr", "dctcp")
-# A job's transport: workloads.config.TRANSPORTS (tcp, ltp), or tcp-<cc>, TCP with that congestion control
+# A job's transport: workloads.process_config.TRANSPORTS (tcp, ltp), or tcp-<cc>, TCP with that congestion control
 # (it sets the job's cc), so one swept key can run LTP against each TCP variant.
 TRANSPORT_CHOICES = TRANSPORTS + tuple(f"tcp-{cc}" for cc in CCS)
 LTP_KINDS = ("ps", "generator")
@@ -169,7 +157,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "(Δ, Δ % and the interval of the difference), e.g. `mode=droptail`; `pcnlab report --baseline` "
             "overrides it", nullable=True, default_doc="none"),
         Key("reference", "choice", None, "published figures `pcnlab report` shows beside ours, in their own "
-            "column (experiments/reference.py)", choices=tuple(REFERENCES), nullable=True, default_doc="none"),
+            "column (analysis/reference.py)", choices=tuple(REFERENCES), nullable=True, default_doc="none"),
         Key("schedule", "list", [], "changes during a run, each a mapping (below): a link's rate, background "
             "flows starting and stopping", default_doc="[] (none)"),
         Key("sweep", "sweep", {}, "dotted key -> list of values; the cartesian product becomes runs, named "
@@ -215,20 +203,20 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             min=1, max=MAX_TELEMETRY_EVERY, default_doc="1 (bmv2), off (bridge)"),
     ),
     "fidelity": (
-        Key("min_rate_pct", "number", 95.0, "every bottleneck port sends at least this share of its configured rate "
+        Key("min_rate_pct", "number", FIDELITY.min_rate_pct, "every bottleneck port sends at least this share of its configured rate "
             "while its queue is non-empty", unit="%", min=0, max=100),
-        Key("min_backlog_s", "number", 1.0, "a port is checked as a bottleneck when its queue was non-empty at "
+        Key("min_backlog_s", "number", FIDELITY.min_backlog_s, "a port is checked as a bottleneck when its queue was non-empty at "
             "least this long", unit="s", min=0, max=MAX_DURATION_S),
-        Key("max_bmv2_cpu_pct", "number", 90.0, "no BMv2 process uses more than this share of one core (p95 of "
+        Key("max_bmv2_cpu_pct", "number", FIDELITY.max_bmv2_cpu_pct, "no BMv2 process uses more than this share of one core (p95 of "
             "0.5 s samples): its ingress pipeline is one thread", unit="%", above=0),
-        Key("min_idle_pct", "number", 0.0, "the machine's idle time (p5 of 0.5 s samples) is at least this; 0: "
+        Key("min_idle_pct", "number", FIDELITY.min_idle_pct, "the machine's idle time (p5 of 0.5 s samples) is at least this; 0: "
             "below 5 % is only a warning (a busy machine whose switches held their rates and lag kept up)",
             unit="%", min=0, max=100),
-        Key("max_lag_factor", "number", 5.0, "each switch's processing lag (packets that met an empty queue), "
+        Key("max_lag_factor", "number", FIDELITY.max_lag_factor, "each switch's processing lag (packets that met an empty queue), "
             "p95, is at most this times the idle value `pcnlab calibrate` measured", above=0),
-        Key("max_telemetry_loss_pct", "number", 1.0, "telemetry records lost, at most this share per switch",
+        Key("max_telemetry_loss_pct", "number", FIDELITY.max_telemetry_loss_pct, "telemetry records lost, at most this share per switch",
             unit="%", min=0, max=100),
-        Key("max_controller_lag_ms", "number", 50.0, "pcn: from a burst report to the window write it caused, "
+        Key("max_controller_lag_ms", "number", FIDELITY.max_controller_lag_ms, "pcn: from a burst report to the window write it caused, "
             "p95 at most this", unit="ms", above=0),
     ),
     "jobs": (

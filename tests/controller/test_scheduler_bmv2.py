@@ -18,7 +18,7 @@ from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.events import EventLog
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.scheduler import PcnScheduler
-from pcnlab.controller.specs import PortQueue
+from pcnlab.controller.endpoints import PortQueue
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork

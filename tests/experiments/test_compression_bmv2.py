@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import needs_bmv2
-from pcnlab.results import RunData, run_folders
-from pcnlab.topologies.routing import rate_pps
+from pcnlab.analysis.results import RunData, run_folders
+from pcnlab.rates import rate_pps
 from pcnlab.workloads.compression import HEADER_BYTES, Codec
 
 pytestmark = [needs_bmv2, pytest.mark.slow]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pcnlab.controller import dataplane
+from pcnlab.controller import dataplane, modes
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config import build, load_experiment
 from pcnlab.experiments.config.schema import JOB_KINDS, SECTIONS, TOPOLOGY_PARAMS, by_name
 from pcnlab.topologies import network, topos
 from pcnlab.workloads import catalog, specs
-from pcnlab.workloads import config as workload_config
+from pcnlab.workloads import process_config as workload_config
 
 GENERATOR = "jobs:\n  - {kind: generator, ps: h1, workers: 2}\n"
 
@@ -27,8 +27,8 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_k_pre_is_checked_by_the_data_planes_rule(tmp_path):
     # The data plane: K_pre <= K in the modes that have a K_pre; the others ignore it.
-    for mode in dataplane.MODES:
-        if mode in dataplane.K_PRE_MODES:
+    for mode in modes.MODES:
+        if mode in modes.K_PRE_MODES:
             with pytest.raises(UsageError, match=r"need 0 <= k_pre \(10\) <= k \(5\)"):
                 dataplane.PortMode(mode, k=5, k_pre=10)
         else:
@@ -37,7 +37,7 @@ def test_k_pre_is_checked_by_the_data_planes_rule(tmp_path):
     text = "topology: star\nmode:\n  kind: ecn\n  K: 5\n" + GENERATOR
     run = load_experiment(_write(tmp_path, text)).runs()[0]
     assert dataplane.PortMode(**run.mode.port_mode_kwargs()).k == 5
-    for kind in dataplane.K_PRE_MODES:
+    for kind in modes.K_PRE_MODES:
         with pytest.raises(UsageError) as err:
             load_experiment(_write(tmp_path, text), overrides=[f"mode={kind}"])
         assert str(err.value) == (f"{tmp_path / 'exp.yaml'}:4: mode.K_pre: 10 is above K (5); K_pre must be at "
@@ -45,7 +45,7 @@ def test_k_pre_is_checked_by_the_data_planes_rule(tmp_path):
 
 
 def test_the_schema_takes_its_lists_from_their_owners():
-    assert by_name(SECTIONS["mode"])["kind"].choices is dataplane.MODES
+    assert by_name(SECTIONS["mode"])["kind"].choices is modes.MODES
     assert by_name(SECTIONS["switch"])["kind"].choices is network.SWITCH_KINDS
     assert by_name(SECTIONS["jobs"])["model"].choices is catalog.MODELS
     assert by_name(SECTIONS["jobs"])["pattern"].choices is workload_config.BURST_PATTERNS

@@ -165,7 +165,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path, stop):
 def test_a_failing_analysis_keeps_the_run_and_the_sweep_goes_on(tmp_path, monkeypatch):
     """A defect in reading one run's files (here: the analysis raises) fails that run with one line
     saying so and how to read it again; its files stay, and the next run of the sweep still runs."""
-    from pcnlab.experiments import analysis
+    from pcnlab.analysis import metrics as analysis
     from pcnlab.experiments.config import load_experiment
     from pcnlab.experiments.runner import ExperimentRunner
 

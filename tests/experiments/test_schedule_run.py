@@ -12,7 +12,7 @@ import pytest
 
 from conftest import needs_mininet
 from pcnlab.jsonlines import read_json_lines
-from pcnlab.results import RunData, run_folders
+from pcnlab.analysis.results import RunData, run_folders
 
 pytestmark = [needs_mininet, pytest.mark.slow]
 

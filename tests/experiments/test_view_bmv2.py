@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pcnlab.chromium import Page, chromium_binary
-from pcnlab.results import load_run
+from pcnlab.analysis.results import load_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(chromium_binary() is None,
                                                    reason="chromium not found: make deps installs it")]

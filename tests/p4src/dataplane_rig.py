@@ -19,7 +19,7 @@ from scapy.utils import rdpcap
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode, read_port_counters
 from pcnlab.controller.program import P4Program
-from pcnlab.controller.specs import PortQueue
+from pcnlab.controller.endpoints import PortQueue
 from pcnlab.controller.thrift_runtime import SwitchThrift
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork

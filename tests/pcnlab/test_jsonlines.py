@@ -14,7 +14,7 @@ import pytest
 from pcnlab.controller.events import EventLog
 from pcnlab.errors import UsageError
 from pcnlab.jsonlines import ITERATION, ITERATION_FIELDS, ITERATION_REQUIRED, Iteration, read_json_lines
-from pcnlab.results import load_run
+from pcnlab.analysis.results import load_run
 from pcnlab.workloads.joblog import JsonLog
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pcnlab.errors import UsageError
-from pcnlab.topologies.routing import compute_routes, port_queues, rate_pps
+from pcnlab.rates import rate_pps
+from pcnlab.topologies.routing import compute_routes, port_queues
 from pcnlab.topologies.topos import make_topology
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import needs_bmv2, needs_mininet
-from pcnlab.experiments.slice import run_slice
+from pcnlab.experiments.pingall import run_slice
 from pcnlab.topologies.network import NetworkOptions
 
 

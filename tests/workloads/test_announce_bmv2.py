@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import needs_bmv2
-from pcnlab.results import load_run, run_folders
+from pcnlab.analysis.results import load_run, run_folders
 
 pytestmark = [needs_bmv2, pytest.mark.bmv2, pytest.mark.root, pytest.mark.slow]
 

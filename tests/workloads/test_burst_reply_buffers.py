@@ -1,4 +1,4 @@
-"""The generator's PS answers its workers from its pool's threads at once: each send needs a _Payload of
+"""The generator's PS answers its workers from its pool's threads at once: each send needs a Payload of
 its own. struct's pack_into zeroes the header before it writes the fields, so a send sharing the buffer
 with another thread's sendall (the kernel copying it, GIL released) can put a header of zeros on the wire:
 "expected iteration 13, got 0" in pcn-predict jitter_ms=200,mode=pcn,rep=2. Loopback, no Mininet."""
@@ -9,8 +9,8 @@ import socket
 import threading
 import time
 
-from pcnlab.workloads import burst
-from pcnlab.workloads.config import BurstConfig
+from pcnlab.workloads import burst, burst_session
+from pcnlab.workloads.process_config import BurstConfig
 from pcnlab.workloads.joblog import JsonLog
 
 
@@ -21,7 +21,7 @@ def _free_port() -> int:
 
 
 def test_ps_never_shares_a_payload_between_concurrent_sends(tmp_path, monkeypatch):
-    send = burst._Payload.send
+    send = burst_session.Payload.send
     busy: set[int] = set()
     shared: list[int] = []
     lock = threading.Lock()
@@ -38,7 +38,7 @@ def test_ps_never_shares_a_payload_between_concurrent_sends(tmp_path, monkeypatc
             with lock:
                 busy.discard(id(self))
 
-    monkeypatch.setattr(burst._Payload, "send", checked_send)
+    monkeypatch.setattr(burst_session.Payload, "send", checked_send)
     port, workers, iterations = _free_port(), 3, 3
     common = dict(workers=workers, port=port, burst_bytes=2000, reply_bytes=100, iterations=iterations,
                   timeout_s=10.0)
@@ -61,4 +61,4 @@ def test_ps_never_shares_a_payload_between_concurrent_sends(tmp_path, monkeypatc
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors
-    assert not shared, f"one _Payload sent on several connections at once in iterations {sorted(set(shared))}"
+    assert not shared, f"one Payload sent on several connections at once in iterations {sorted(set(shared))}"

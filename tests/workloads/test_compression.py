@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads.codecs import check_compression
+from pcnlab.workloads.compression_methods import check_compression
 from pcnlab.workloads.compression import CHUNK, HEADER_BYTES, Codec, ErrorFeedback, capacity, pack, unpack
 from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.netsense import LADDER

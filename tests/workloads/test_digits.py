@@ -11,7 +11,7 @@ import torch
 from pcnlab.experiments.config import schema as experiment_schema
 from pcnlab.workloads import JobSpec, Workloads
 from pcnlab.workloads import catalog
-from pcnlab.workloads.config import TrainConfig
+from pcnlab.workloads.process_config import TrainConfig
 from pcnlab.workloads.datasets import DIGITS_CLASSES, digits, digits_split, shard_indices
 from pcnlab.workloads.models import Task, build_model, compute_gradients, evaluate
 from pcnlab.workloads.training import should_evaluate

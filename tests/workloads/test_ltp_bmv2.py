@@ -20,7 +20,7 @@ from conftest import needs_bmv2
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, read_port_counters
 from pcnlab.controller.program import P4Program
-from pcnlab.controller.specs import PortQueue
+from pcnlab.controller.endpoints import PortQueue
 from pcnlab.controller.thrift_runtime import SwitchThrift
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pcnlab.workloads.ltp.control import MIN_RTO_S, AimdWindow, RttEstimator
+from pcnlab.workloads.ltp.ratecontrol import MIN_RTO_S, AimdWindow, RttEstimator
 from pcnlab.workloads.ltp.earlyclose import COMPLETE, DEADLINE, THRESHOLD, EarlyClose
 from pcnlab.workloads.ltp.fill import bubble_fill
 from pcnlab.workloads.ltp.wire import (ACK_HEADER, CHUNK_ELEMENTS, DATA_HEADER, FLAG_CLOSED, MAX_DATAGRAM, Layout,

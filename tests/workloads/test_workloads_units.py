@@ -10,7 +10,7 @@ import pytest
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads import PCN_START_DSCP, FlowSpec, JobSpec, Workloads
-from pcnlab.workloads.config import BurstConfig, TrainConfig, parse_config, to_argv
+from pcnlab.workloads.process_config import BurstConfig, TrainConfig, parse_config, to_argv
 from pcnlab.workloads.netutil import PCN_START_TOS, allowed_cc, available_cc, check_cc
 from pcnlab.workloads.profiles import profile, scaled, total_params
 from pcnlab.workloads.ps import shard_of_params

@@ -15,13 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.burst import _Pacer, _Payload, _udp, _wait_and_announce, accept_workers, join_ps
-from pcnlab.workloads.config import BurstConfig
+from pcnlab.workloads.burst_session import Pacer, Payload, accept_workers, announce_udp, join_ps, wait_and_announce
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.ltp.earlyclose import EarlyClose
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
+from pcnlab.workloads.process_config import BurstConfig
 
 
 def _layout(cfg: BurstConfig) -> Layout:
@@ -43,7 +43,7 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
     conns = accept_workers(cfg, log, before_go=listen)
     ranks = sorted(conns)
     server = servers[0]
-    replies = {r: _Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
+    replies = {r: Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
     try:
         with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
             for it in range(cfg.iterations):
@@ -69,18 +69,18 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
 
 def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
     sock = join_ps(cfg)
-    udp = _udp(cfg)
+    udp = announce_udp(cfg)
     layout = _layout(cfg)
     sender = LtpSender((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), cfg.rank, layout, seed=cfg.seed,
                        bind_addr=sock.getsockname()[0], idle_timeout_s=cfg.timeout_s)
     burst = np.zeros(layout.total, dtype=np.float32)
-    answer = _Payload(cfg.reply_bytes)
-    pacer = _Pacer(cfg)
+    answer = Payload(cfg.reply_bytes)
+    pacer = Pacer(cfg)
     answered = time.monotonic_ns()
     try:
         for it in range(cfg.iterations):
             gap_start = answered
-            start, announced = _wait_and_announce(cfg, log, pacer, udp, sock, cfg.ps_addr, it, answered)
+            start, announced = wait_and_announce(cfg, log, pacer, udp, sock, cfg.ps_addr, it, answered)
             comm_start = time.monotonic_ns()
             result = sender.send(it, burst, cfg.ltp_deadline_ms / 1e3)
             sent_end = time.monotonic_ns()

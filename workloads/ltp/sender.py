@@ -5,7 +5,7 @@
 
 Every iteration the chunks go out in a fresh seeded permutation (per worker and iteration): a burst of
 losses at the switch then hits different parts of each worker's gradient, so the PS's Bubble
-Filling almost always has other workers' values for a lost chunk. The window (control.py) bounds the
+Filling almost always has other workers' values for a lost chunk. The window (ratecontrol.py) bounds the
 transmissions outstanding; the PS acknowledges every datagram with the iteration's whole bitmap, so
 chunks arrive and are acknowledged in any order (no head-of-line blocking). A transmission is lost
 when one sent later was acknowledged and a reordering window has passed (RACK), or when the
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pcnlab.workloads.ltp.control import AimdWindow, RttEstimator
+from pcnlab.workloads.ltp.ratecontrol import AimdWindow, RttEstimator
 from pcnlab.workloads.ltp.wire import (ACK_HEADER, DATA_HEADER, FLAG_RETRANSMISSION, MAGIC, MAX_DATAGRAM, VERSION,
                                        DATA, Layout, Rejected, mask_of, parse_ack)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcnlab.controller.events import EventLog
-from pcnlab.experiments.control import start_slice_controller
+from pcnlab.experiments.run_controller import start_slice_controller
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 from pcnlab.topologies.topos import make_topology

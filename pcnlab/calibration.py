@@ -3,7 +3,7 @@ measures it; the fidelity check and `pcnlab run`'s rate warning read it).
 
 It is machine-local, not part of the project: /var/lib/pcnlab/calibration.json, or the file named by
 the PCNLAB_CALIBRATION environment variable. Its figures, all for one BMv2 switch running p4src/pcn.p4
-on the no-logging build with full-size frames (topologies.routing.FRAME_BYTES):
+on the no-logging build with full-size frames (pcnlab.rates.FRAME_BYTES):
 
     forward_pps      {"off": ..., "every1": ...}: the highest packets/s delivered with at most 1 % loss,
                      telemetry off and cloning every packet
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from pcnlab.files import write_json
-from pcnlab.topologies.routing import rate_pps
+from pcnlab.rates import rate_pps
 
 DEFAULT_PATH = Path("/var/lib/pcnlab/calibration.json")
 

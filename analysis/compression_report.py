@@ -1,7 +1,7 @@
-"""Figures of compressed and adaptive training, from run folders only (through pcnlab.results):
+"""Figures of compressed and adaptive training, from run folders only (through pcnlab.analysis.results):
 
-    python -m pcnlab.experiments.compression_report netsense results/netsense [--target 0.9]
-    python -m pcnlab.experiments.compression_report scaling results/compression-scaling [MORE SWEEPS ...]
+    python -m pcnlab.analysis.compression_report netsense results/netsense [--target 0.9]
+    python -m pcnlab.analysis.compression_report scaling results/compression-scaling [MORE SWEEPS ...]
 
 netsense: per sweep point (mean over its trusted repetitions): the time from the job's start to the
 first held-out accuracy at or above the target, worker iterations per second (overall and per phase of
@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments.metrics import json_safe
-from pcnlab.results import RunData, run_folders
+from pcnlab.analysis.measures import json_safe
+from pcnlab.analysis.results import RunData, run_folders
 
 KNEE_TOLERANCE = 0.05
 
@@ -321,7 +321,7 @@ def _sweep_dir(path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pcnlab.experiments.compression_report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pcnlab.analysis.compression_report", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     ns = sub.add_parser("netsense")
     ns.add_argument("path", type=Path, nargs="+")

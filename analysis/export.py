@@ -1,9 +1,9 @@
-"""`pcnlab export RUN_OR_EXPERIMENT --parquet OUT`: the tables of `pcnlab.results` as Parquet files, for
+"""`pcnlab export RUN_OR_EXPERIMENT --parquet OUT`: the tables of `pcnlab.analysis.results` as Parquet files, for
 notebooks and tools that do not speak Python (DuckDB, R's arrow, Spark, ...).
 
 OUT/<table>.parquet for each table of a run (`queue`, `iterations`, `events`, `flows`, `iteration_table`:
-the attributes of `pcnlab.results.RunData`), every run of the folder in one file with a `run` column
-first; and `metrics.parquet`, the experiment's table of runs (`load_experiment`). A table no run has
+the attributes of `pcnlab.analysis.results.RunData`), every run of the folder in one file with a `run` column
+first; and `metrics.parquet`, the experiment's table of runs (`load_results`). A table no run has
 is not written. Values of a column that mix kinds (an event field that is a number in one event and a
 list in another) are written as their JSON text.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from pcnlab.errors import UsageError
-from pcnlab.results import load_experiment
+from pcnlab.analysis.results import load_results
 
 TABLES = ("queue", "iterations", "events", "flows", "iteration_table")
 
@@ -50,7 +50,7 @@ def export_parquet(path: Path | str, out: Path | str, say=print) -> list[Path]:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file; --parquet takes a folder to write the tables into")
-    runs, metrics = load_experiment(path)     # a one-line UsageError for a missing or empty folder
+    runs, metrics = load_results(path)     # a one-line UsageError for a missing or empty folder
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for table in TABLES:

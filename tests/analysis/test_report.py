@@ -16,10 +16,10 @@ import scipy.stats
 import yaml
 
 from pcnlab.cli import main
-from pcnlab.experiments.metrics import diff_ci95, mean_ci95
-from pcnlab.experiments.plots import mode_thresholds, plot_sweep
-from pcnlab.experiments.report import build_report, format_report
-from pcnlab.results import load_run, run_folders
+from pcnlab.analysis.measures import diff_ci95, mean_ci95
+from pcnlab.analysis.plots import mode_thresholds, plot_sweep
+from pcnlab.analysis.report import build_report, format_report
+from pcnlab.analysis.results import load_run, run_folders
 
 START = "iterations.start_queue_pkts.mean"
 BCT = "iterations.bct_ms.mean"

@@ -1,15 +1,15 @@
-"""A run folder as data: `pcnlab.results` is how metrics, reports, plots and notebooks read results.
+"""A run folder as data: `pcnlab.analysis.results` is how metrics, reports, plots and notebooks read results.
 
-    from pcnlab.results import load_run, load_experiment
+    from pcnlab.analysis.results import load_run, load_results
     run = load_run("results/pcn-paper/latest/mode=pcn,rep=1")
     run.queue          # the switch queue logs (every switch), with host-clock times and host names
     run.iterations     # every worker's and PS's iteration records, one row each (a job that logs
-                       # none: its ranks' bursts, `source` "network": experiments/network_iterations.py)
+                       # none: its ranks' bursts, `source` "network": analysis/network_iterations.py)
     run.events         # the controller's event log
     run.flows          # the background flows' throughput intervals
     run.iteration_table  # iterations.csv: the DDL iterations measured at the bottleneck
     run.config, run.metrics, run.status, run.network
-    load_experiment("results/pcn-paper")   # every run of its latest sweep, and a table of their metrics
+    load_results("results/pcn-paper")   # every run of its latest sweep, and a table of their metrics
 
 Every time is on one clock: the host's monotonic clock in nanoseconds (`time.monotonic_ns()`), which
 every Mininet host, every workload log, the controller's events and the queue log collector share.
@@ -156,7 +156,7 @@ class RunData:
 
     @cached_property
     def iteration_table(self) -> pd.DataFrame:
-        """iterations.csv: one row per (job, iteration) at the bottleneck port (experiments/analysis.py);
+        """iterations.csv: one row per (job, iteration) at the bottleneck port (analysis/metrics.py);
         empty when the run has none."""
         p = self.path / "iterations.csv"
         if not p.exists() or p.stat().st_size == 0:
@@ -248,7 +248,7 @@ class RunData:
                                            *[c for c in frame.columns if c not in (*IDENTITY, *ITERATION_FIELDS)]])
         logged = set(frame["job"].dropna()) if not frame.empty else set()
         # A job that logs nothing (a user's program without the hook): its iterations from the network.
-        from pcnlab.experiments.network_iterations import network_iterations
+        from pcnlab.analysis.network_iterations import network_iterations
 
         found = [network_iterations(self.queue, self.network, jid, job) for jid, job in self.jobs.items()
                  if job.get("kind") == "torchrun" and job["name"] not in logged]
@@ -287,6 +287,19 @@ def _iteration_fields(log: Path, line: dict) -> dict:
     return {**({"host_ns": line["host_ns"]} if "host_ns" in line else {}), **record.line_fields()}
 
 
+def rate_timeline(events: pd.DataFrame, configured: dict[tuple[str, int], int]) -> dict[tuple[str, int], list]:
+    """Per (switch, port): [(from host_ns or None for the start, rate_pps), ...] in time order: the
+    configured rate, then every scheduled change (the `schedule` rate events)."""
+    out = {key: [(None, rate)] for key, rate in configured.items()}
+    if events.empty or "action" not in events:
+        return out
+    changes = events[(events["type"] == "schedule") & (events["action"] == "rate")].sort_values("host_ns")
+    for _, row in changes.iterrows():
+        out.setdefault((row["switch"], int(row["port"])), [(None, None)]).append((int(row["host_ns"]),
+                                                                                  int(row["rate_pps"])))
+    return out
+
+
 def run_folders(path: Path | str) -> list[Path]:
     """The run folders under `path`: a run folder, a sweep folder, or an experiment folder (its latest)."""
     path = Path(path)
@@ -309,7 +322,7 @@ def load_run(path: Path | str) -> RunData:
     return RunData(path)
 
 
-def load_experiment(path: Path | str) -> tuple[list[RunData], pd.DataFrame]:
+def load_results(path: Path | str) -> tuple[list[RunData], pd.DataFrame]:
     """Every run under `path`, and one row per run of its status, sweep values and flattened metrics
     (dotted keys, e.g. `iterations.start_queue_pkts.mean`)."""
     runs = [RunData(p) for p in run_folders(path)]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pcnlab.experiments import reference as references
-from pcnlab.results import RunData
+from pcnlab.analysis import reference as references
+from pcnlab.analysis.results import RunData
 
 HEADLINE = (  # (metrics.json key path, title, format)
     ("iterations.start_queue_pkts.mean", "start queue (pkts)", "{:.1f}"),

@@ -1,8 +1,8 @@
 """From a finished run folder to metrics.json, iterations.csv and the run's queue plot. Reads files only
-(through pcnlab.results): it never re-runs anything, so it can be repeated on old results.
+(through pcnlab.analysis.results): it never re-runs anything, so it can be repeated on old results.
 
 The unit of the headline metrics is the DDL iteration, at the bottleneck port, as the workers' logs
-define it (experiments/iterations.py). What the switch reported as bursts (a job's data packets split
+define it (analysis/iterations.py). What the switch reported as bursts (a job's data packets split
 at silences longer than its G) is kept as `switch_bursts`: TCP splits one iteration into several of
 them, so they are evidence about detection, not the paper's metrics.
 """
@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pcnlab.controller.modes import K_PRE_MODES, WINDOW_MODES
 from pcnlab.controller.segments import iteration_gap_us
-from pcnlab.experiments import iterations as it
-from pcnlab.experiments import metrics as m
-from pcnlab.experiments.network_iterations import NETWORK, printed_iterations
+from pcnlab.analysis import iterations as it
+from pcnlab.analysis import measures as m
+from pcnlab.analysis.network_iterations import NETWORK, printed_iterations
 from pcnlab.files import write_json
-from pcnlab.results import RunData, load_run, on_port
-from pcnlab.topologies.routing import rate_mbps
+from pcnlab.analysis.results import RunData, load_run, on_port
+from pcnlab.rates import rate_mbps
 
 LEARNING = 5   # iterations a prediction needs before it can be held to cover every iteration (issue 12)
 
@@ -98,7 +99,7 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
     if neck is None or table.empty:
         return out
     out["prediction_error_us"] = stats(np.abs(it.prediction_errors(table, events, neck)))
-    if run.mode == "pcn":
+    if run.mode in WINDOW_MODES:
         windows = it.window_intervals(events)
         out["iteration_coverage"] = float(table["covered"].mean()) if "covered" in table else None
         # The same once the rhythm could have been learned: each job's first LEARNING iterations left out.
@@ -112,7 +113,7 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
         span = (int(at["ingress_us"].min()), int(at["ingress_us"].max()))
         out["window_open_share"] = it.open_share(windows, neck, run.clocks[neck[0]], span)
         out["windows"] = int(len(windows))
-    if run.mode in ("pcn", "pcn-host"):
+    if run.mode in K_PRE_MODES:
         # What the switch itself did: the share of the run the bottleneck held K_pre for background, as
         # its packets saw it (for pcn-host, the only measure of what its announcements cost).
         at = run.queue[on_port(run.queue, neck[0], neck[1])]
@@ -208,7 +209,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         if neck is not None:
             rate = run.port_rates.get(neck)
             table = it.per_iteration(attributed, queue, neck, rate, every, it.min_payloads(run.jobs))
-            if run.mode == "pcn":
+            if run.mode in WINDOW_MODES:
                 table["covered"] = it.covered(table, it.window_intervals(run.events), neck)
             at = queue[on_port(queue, neck[0], neck[1])]
             span = (float(queue["ingress_ns"].min()), float(queue["ingress_ns"].max()))
@@ -228,7 +229,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     table.to_csv(run.path / "iterations.csv", index=False)
     write_json(run.path / "metrics.json", m.json_safe(out), allow_nan=False)
     if plots and neck is not None:
-        from pcnlab.experiments.plots import plot_run_queue
+        from pcnlab.analysis.plots import plot_run_queue
 
         plot_run_queue(run, neck)
     return out

@@ -6,7 +6,7 @@ record): the queue at the switch port picked above the plots, met on arrival and
 CE marks, early drops, pcn-host announcements, the controller's pcn windows and the spans the switch
 held K_pre; each process's iterations from its own log; the background flows' throughput. Above
 them, a box that moves every run's axis to iteration N. What is thinned and what never is:
-experiments/view_data.py.
+analysis/view_data.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from bokeh.plotting import figure
 from bokeh.resources import Resources
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments.rundir import give_back
-from pcnlab.experiments.view_data import Decimation, PortView, RunView, run_view
-from pcnlab.results import RunData, run_folders
+from pcnlab.files import give_back
+from pcnlab.analysis.view_data import Decimation, PortView, RunView, run_view
+from pcnlab.analysis.results import RunData, run_folders
 from pcnlab.status import is_run_folder
 
 VIEW_FILE = "view.html"

@@ -14,10 +14,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from pcnlab.experiments import iterations as it  # noqa: E402
-from pcnlab.experiments import metrics as m  # noqa: E402
-from pcnlab.experiments.comparison import Report, dig  # noqa: E402
-from pcnlab.results import RunData, on_port  # noqa: E402
+from pcnlab.analysis import iterations as it  # noqa: E402
+from pcnlab.analysis import measures as m  # noqa: E402
+from pcnlab.analysis.comparison import Report, dig  # noqa: E402
+from pcnlab.analysis.results import RunData, on_port  # noqa: E402
+from pcnlab.controller.modes import K_PRE_MODES, MARKING_MODES  # noqa: E402
 
 CLASS_COLOURS = {"ddl": "tab:blue", "background": "tab:gray"}
 CLASS_NAMES = {"ddl": "DDL", "background": "background"}
@@ -33,9 +34,9 @@ def mode_thresholds(config: dict) -> dict[str, int]:
     out = {}
     if (config.get("topology") or {}).get("queue"):
         out["queue"] = int(config["topology"]["queue"])
-    if kind in ("ecn", "pcn", "pcn-host") and mode.get("K") is not None:
+    if kind in MARKING_MODES and mode.get("K") is not None:
         out["K"] = int(mode["K"])
-    if kind in ("pcn", "pcn-host") and mode.get("K_pre") is not None:
+    if kind in K_PRE_MODES and mode.get("K_pre") is not None:
         out["K_pre"] = int(mode["K_pre"])
     return out
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments import iterations as it
-from pcnlab.results import RunData, on_port, run_folders
+from pcnlab.analysis import iterations as it
+from pcnlab.analysis.results import RunData, on_port, run_folders
 
 
 def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
@@ -24,7 +24,7 @@ def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
 
 def show_queues(path: Path, switch: str | None, port: int | None, around: int | None,
                 margin_ms: float, rows: int, say=print) -> Path | None:
-    from pcnlab.experiments.plots import plot_run_queue
+    from pcnlab.analysis.plots import plot_run_queue
 
     runs = run_folders(path)
     if len(runs) != 1:

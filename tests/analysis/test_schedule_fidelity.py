@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from pcnlab.controller.telemetry import COLUMNS
-from pcnlab.experiments.fidelity import check_run
-from pcnlab.experiments.schedule import rate_timeline
+from pcnlab.analysis.fidelity import check_run
+from pcnlab.analysis.results import rate_timeline
 
 T0_NS = 10**12
 FAST, SLOW = 826, 165          # 10 and 2 Mbit/s in full frames

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcnlab.experiments.iterations import ideal_bct_us
-from pcnlab.experiments.metrics import (bursts_from_queue_log, burstiness, marks_and_drops, max_backlog, mean_ci95,
+from pcnlab.analysis.iterations import ideal_bct_us
+from pcnlab.analysis.measures import (bursts_from_queue_log, burstiness, marks_and_drops, max_backlog, mean_ci95,
                                         peak_to_mean)
 
 

@@ -18,9 +18,9 @@ import yaml
 
 from pcnlab.controller.telemetry import COLUMNS
 from pcnlab.errors import UsageError
-from pcnlab.experiments.calibration import capacity_pps, load_calibration, rate_warning, save_calibration
+from pcnlab.calibration import capacity_pps, load_calibration, rate_warning, save_calibration
 from pcnlab.experiments.config import load_experiment
-from pcnlab.experiments.fidelity import (backlogged_rate, check_run, controller_lag, processing_lag_us,
+from pcnlab.analysis.fidelity import (backlogged_rate, check_run, controller_lag, processing_lag_us,
                                          telemetry_loss, verdict_line)
 from pcnlab.experiments.sampler import CpuSampler, classify
 from pcnlab.ledger import ProcessEntry, RunLedger, process_start_time

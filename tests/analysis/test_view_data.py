@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcnlab.experiments.view_data import envelope, within
+from pcnlab.analysis.view_data import envelope, within
 
 
 def test_envelope_keeps_each_bins_extremes_and_every_kept_point():

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.events import EventLog
+from pcnlab.controller.modes import WINDOW_MODES
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.scheduler import PcnScheduler
-from pcnlab.controller.specs import SwitchEndpoint
+from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.experiments.config.runs import RunConfig
 
@@ -62,7 +63,7 @@ def start_controller(run: RunConfig, topo, endpoints: Sequence[SwitchEndpoint], 
                                dataplane=dataplane_configs(run, topo, endpoints))
     scheduler = PcnScheduler(controller, events,
                              PlannerConfig(**run.mode.planner_kwargs(), port_rates=port_rates(endpoints)),
-                             arm=run.mode.kind == "pcn")
+                             arm=run.mode.kind in WINDOW_MODES)
     thread = ControllerThread(controller).start()
     events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre)
     return thread, scheduler
@@ -76,5 +77,5 @@ def start_slice_controller(endpoints: Sequence[SwitchEndpoint], mode: str, k: in
                  for ep in endpoints}
     controller = PcnController(endpoints, P4Program.named(), election_id=election_id, dataplane=dataplane)
     scheduler = PcnScheduler(controller, events, PlannerConfig(k_pre=k_pre, port_rates=port_rates(endpoints)),
-                             arm=mode == "pcn")
+                             arm=mode in WINDOW_MODES)
     return ControllerThread(controller).start(), scheduler

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pcnlab.experiments.compression_report import KNEE_TOLERANCE, knees, netsense_table, scaling_table, time_to_accuracy
+from pcnlab.analysis.compression_report import KNEE_TOLERANCE, knees, netsense_table, scaling_table, time_to_accuracy
 
 
 def test_time_to_accuracy_is_the_first_evaluation_at_or_above_the_target():

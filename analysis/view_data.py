@@ -1,4 +1,4 @@
-"""What `pcnlab view` draws of one run, read through pcnlab.results and thinned for a browser.
+"""What `pcnlab view` draws of one run, read through pcnlab.analysis.results and thinned for a browser.
 
 Times are seconds on the host clock from the run's first queue record or iteration start (`t0_ns`), so
 every switch, every worker's log and the background flows share one axis.
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pcnlab.experiments import iterations as it
-from pcnlab.experiments.plots import mode_thresholds
-from pcnlab.results import RunData, on_port
+from pcnlab.analysis import iterations as it
+from pcnlab.analysis.plots import mode_thresholds
+from pcnlab.analysis.results import RunData, on_port
 
 POINT_COLUMNS = ("t", "depth", "seq", "class", "job", "src", "dst")
 

@@ -1,6 +1,6 @@
 """Per-iteration metrics on a hand-made run folder whose answers are known: the queue log, the workers'
 logs, the network description and the controller's events are written here, then read back through
-pcnlab.results and measured by experiments/iterations.py and analyse_run."""
+pcnlab.analysis.results and measured by analysis/iterations.py and analyse_run."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from pcnlab.controller.telemetry import COLUMNS
-from pcnlab.experiments import iterations as it
-from pcnlab.experiments.analysis import analyse_run
-from pcnlab.results import SwitchClock, load_run
+from pcnlab.analysis import iterations as it
+from pcnlab.analysis.metrics import analyse_run
+from pcnlab.analysis.results import SwitchClock, load_run
 
 OFFSET_NS = 5_000_000_000      # host clock = switch clock + this (plus the collector's delay)
 PORT = 3                       # s1's port towards the PS h3

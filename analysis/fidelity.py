@@ -32,21 +32,20 @@ What is checked (thresholds: the run's `fidelity:` settings, experiments/config/
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from pcnlab.experiments.analysis import stats
-from pcnlab.experiments.calibration import load_calibration
-from pcnlab.experiments.config.runs import FidelityConfig
-from pcnlab.experiments.metrics import json_safe
-from pcnlab.experiments.schedule import rate_timeline
+from pcnlab.analysis.metrics import stats
+from pcnlab.calibration import load_calibration
+from pcnlab.analysis.fidelity_limits import FidelityConfig, thresholds
+from pcnlab.analysis.measures import json_safe
 from pcnlab.files import write_json
 from pcnlab.jsonlines import read_json_lines
-from pcnlab.results import RunData, on_port
-from pcnlab.topologies.routing import rate_mbps
+from pcnlab.analysis.results import RunData, on_port, rate_timeline
+from pcnlab.rates import rate_mbps
 
 # Idle processing lag p95 when the machine was never calibrated: about what `pcnlab calibrate` measured
 # on the 2-core development machine (88-113 µs at 500 packets/s).
@@ -57,13 +56,6 @@ BACKLOG_DEPTH = 2     # a packet that met at least this many queued ahead of it 
 
 def _pct(share: float | None) -> str:
     return "?" if share is None else f"{share * 100:.0f} %"
-
-
-def thresholds(config: dict) -> FidelityConfig:
-    """The run's thresholds (config.yaml's fidelity mapping; defaults for runs from before it existed)."""
-    given = config.get("fidelity") or {}
-    known = {f.name for f in fields(FidelityConfig)}
-    return FidelityConfig(**{k: v for k, v in given.items() if k in known})
 
 
 # --- the figures, each from plain tables ------------------------------------------------------------

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from pcnlab.experiments.analysis import training_metrics
-from pcnlab.results import RunData
+from pcnlab.analysis.metrics import training_metrics
+from pcnlab.analysis.results import RunData
 
 
 def _log(path, role, rank, host, records):

@@ -1,5 +1,5 @@
 """The sweep report: `pcnlab report DIR [--baseline POINT]`, and the report.md, summary.json and plots
-of a sweep folder. Reads run folders only (through pcnlab.results); never re-runs anything.
+of a sweep folder. Reads run folders only (through pcnlab.analysis.results); never re-runs anything.
 
 Runs are grouped by sweep point (the run's name without `,rep=N`). Each headline metric (a key of the
 runs' metrics.json) gets, per point, the mean over the point's repetitions, the half-width of its 95 %
@@ -17,12 +17,11 @@ import re
 from pathlib import Path
 
 from pcnlab.errors import UsageError
-from pcnlab.experiments import metrics as m
-from pcnlab.experiments import reference as references
-from pcnlab.experiments.comparison import HEADLINE, ITERATION_KEY, SCALING, Point, Report, dig
-from pcnlab.experiments.rundir import give_back
-from pcnlab.files import write_json
-from pcnlab.results import RunData, run_folders
+from pcnlab.analysis import measures as m
+from pcnlab.analysis import reference as references
+from pcnlab.analysis.comparison import HEADLINE, ITERATION_KEY, SCALING, Point, Report, dig
+from pcnlab.files import give_back, write_json
+from pcnlab.analysis.results import RunData, run_folders
 from pcnlab.status import is_run_folder, status_of
 
 
@@ -30,7 +29,7 @@ def _analysed(path: Path) -> RunData:
     """The run, analysed first when a finished run has no metrics.json yet."""
     if is_run_folder(path) and not (path / "metrics.json").exists():
         if status_of(path) == "finished":
-            from pcnlab.experiments.analysis import analyse_run
+            from pcnlab.analysis.metrics import analyse_run
 
             analyse_run(path, plots=False)
     return RunData(path)
@@ -256,7 +255,7 @@ def run_report(path: Path, baseline: str | None = None, include_untrusted: bool 
         return report
     written = write_report(folder, report)
     if plots:
-        from pcnlab.experiments.view import run_views, view_links
+        from pcnlab.analysis.view import run_views, view_links
 
         views = run_views(paths, say=say)
         if views:
@@ -264,7 +263,7 @@ def run_report(path: Path, baseline: str | None = None, include_untrusted: bool 
                 md.write(view_links(folder, views))
             written += views
         try:
-            from pcnlab.experiments.plots import plot_sweep
+            from pcnlab.analysis.plots import plot_sweep
 
             written += plot_sweep(folder, report)
         except Exception as exc:  # noqa: BLE001 -- a plot that fails must not hide the table

@@ -4,7 +4,7 @@ Every DDL data packet (an L4 payload: pure ACKs are not data) in the queue log i
 job, its worker and its iteration: the worker is the packet's source host when that host is one of the
 job's workers, else its destination (a PS's answer); the iteration is the worker's last one whose
 communication had started (`comm_start_ns`, host clock) when the packet reached the switch (the queue
-log's times mapped onto the host clock: pcnlab.results.SwitchClock). A worker cannot send iteration
+log's times mapped onto the host clock: pcnlab.analysis.results.SwitchClock). A worker cannot send iteration
 k + 1 before it starts it, nor iteration k after, so the attribution needs no guess about gaps.
 
 Per iteration at a port, as the PCN paper defines them: the start queue (the queue the iteration's
@@ -19,8 +19,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from pcnlab.results import on_port
-from pcnlab.topologies.routing import FRAME_BYTES
+from pcnlab.analysis.results import on_port
+from pcnlab.rates import FRAME_BYTES
 
 ITERATION_COLUMNS = ("job", "iteration", "workers", "first_in_us", "last_out_us", "first_in_ns", "start_queue",
                      "max_queue", "packets", "bytes", "bct_ms", "ideal_ms", "ddl_mbps", "background_mbps")
