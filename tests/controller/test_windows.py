@@ -290,7 +290,9 @@ def test_the_lead_is_the_one_whose_starts_met_the_least_queue():
     assert sum(lead == round(host / 1.5) for lead, _ in stuck) >= 16
     # The tries, shortest first, then the choice; a neighbour now and then.
     tracker = LeadTracker(1000, LeadConfig(k_pre=10, rtt_us=1000, tries=1, refresh=4))
-    tracker.observe(40, covered=False)
+    tracker.observe(12, covered=False)
+    assert tracker.ladder[1] == initial_lead_us(12, 1000, 1000)
+    tracker.observe(40, covered=False)              # no covered start yet: the ladder follows the queue
     assert tracker.ladder == (54_000, 81_000, 121_500, 182_250, 273_375, 410_062)
     tracker.lead(period_us=1_000_000)               # leads above 300 ms (0.3 x the period) are not tried
     tried = []
