@@ -68,6 +68,15 @@ def test_slow_reads_are_left_out():
     assert clock.half_rtt_max_us < 25
 
 
+def test_a_clock_read_that_lagged_a_few_ms_is_not_a_restart():
+    estimator = ClockEstimator(window=16)
+    samples = [ClockSample(HOST0 + i * 500_000_000, 1_000 + i * 500_000, HOST0 + i * 500_000_000 + 300_000)
+               for i in range(10)]
+    estimator.extend(samples)
+    lagged = ClockSample(HOST0 + 10 * 500_000_000, 1_000 + 10 * 500_000 - 6_300, HOST0 + 10 * 500_000_000 + 370_000)
+    assert estimator.add(lagged) is False and estimator.restarts == 0
+
+
 def test_estimator_detects_a_switch_restart():
     estimator = ClockEstimator(window=16)
     estimator.extend(samples(n=20))

@@ -24,6 +24,15 @@ MALFORMED = Path(__file__).resolve().parent / "malformed"
 
 # --- YAML ---------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_experiment_loads_with_its_runs(path):
+    experiment = load_experiment(path)
+    runs = experiment.runs()
+    assert runs and len({r.name for r in runs}) == len(runs)
+    assert experiment.name == path.stem
+
+
+
 def test_missing_file_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="no such experiment file"):
         load_experiment(tmp_path / "nope.yaml")
