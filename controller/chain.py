@@ -7,9 +7,10 @@ the worker computes, and its gradients reach the PS's port a compute time later.
 (the reply is the same job's data towards another port), so the lag from one to the other is learned
 like any report: for every target key (switch, port, job) and cause (another port of the same switch
 and job, or `first`: whichever of them started first), the lag from the cause's first start since the
-target's last report to the target's next start, at least a quarter of the target's period (a cause
-must leave room for a window). A pair predicts the target's next start as the cause's start plus the
-median of its recent lags (made when the cause is reported: a compute time of notice).
+target's last report to the target's next start, at least a quarter of the target's period or 100 ms,
+whichever is less (a cause must leave room for a window). A pair predicts the target's next start as
+the cause's start plus the median of its recent lags (made when the cause is reported: a compute time
+of notice).
 
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
 the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
@@ -45,7 +46,9 @@ class ChainConfig:
     min_lag_us: int = 2000      # a cause closer to the start than this gives no notice: not a cause,
     min_lag_share: float = 0.25  # nor one closer than this x the target's period (a window must fit: a
                                 # ring neighbour starting 5 ms before is steady but gives no notice),
-    notice_us: int = 100_000    # though one this far ahead gives notice enough whatever the period
+    notice_us: int = 100_000    # though one this far ahead gives notice enough whatever the period (a
+                                # window reaching further ahead of its start than this less the write
+                                # notice is then skipped as late)
     switch_margin: float = 0.8  # a challenger's error must be under this x the chosen model's to take over
     gate_sigmas: float = 4.0    # a start within gate_sigmas x RMS of the prediction is a hit
     min_gate_us: float = 1000.0

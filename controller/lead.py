@@ -5,8 +5,9 @@ The standing queue a burst would meet is what iteration starts met when no windo
 queue to hear the marks: 2 x queue / rate + the base RTT. The leads tried are a ladder around it
 (ratio x apart, from one step below to `steps` above, never beyond max_share x the period), and the
 switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
-`tries` times in turn, shortest first (the first lead, the one below and two above it, then longer ones
-while the longest tried is the best); then the lead whose recent starts met the least is used, the shortest of
+`tries` times in turn (the first lead, then the one below and two above it, then longer ones while
+the longest tried is the best); until a covered start has been judged, the ladder follows the
+standing queue; then the lead whose recent starts met the least is used, the shortest of
 those within `tolerance` packets of the least, and every `refresh`-th covered start tries a neighbour
 of it again, so the choice follows a port whose traffic changes.
 
@@ -59,7 +60,7 @@ class LeadTracker:
         self.rate_pps = rate_pps
         self.config = config or LeadConfig()
         self._uncovered: deque[int] = deque(maxlen=self.config.history)
-        self.ladder: tuple[int, ...] = ()           # fixed when a window is first needed
+        self.ladder: tuple[int, ...] = ()           # follows the standing queue until a covered start
         self._met: dict[int, deque[int]] = {}       # per lead of the ladder: the queues its starts met
         self._covered = 0
         self._upper = math.inf                      # max_share x the period, as of the last plan
@@ -85,15 +86,19 @@ class LeadTracker:
                 # Until a covered start has been judged, the ladder follows the standing queue (measured:
                 # fixed at the first uncovered start, 11 packets, pcn-training's first lead was 14 ms in
                 # one run and 32 ms in the next, at 26).
-                first = initial_lead_us(self.standing_pkts, self.rate_pps, cfg.rtt_us)
-                self.ladder = tuple(max(cfg.min_lead_us, round(first * cfg.ratio ** k))
-                                    for k in range(-1, cfg.steps + 1))
+                first = max(cfg.min_lead_us, initial_lead_us(self.standing_pkts, self.rate_pps, cfg.rtt_us))
+                # Distinct rungs: min_lead_us (the guard) may flatten the short end.
+                self.ladder = tuple(sorted({max(cfg.min_lead_us, round(first * cfg.ratio ** k))
+                                            for k in range(-1, cfg.steps + 1)}))
                 self._met = {lead: deque(maxlen=cfg.recent) for lead in self.ladder}
-                self.lead_us = self.ladder[1]
+                self.lead_us = self._rung(first)
             return
         if not self.ladder:
             return
-        used = self._rung(self.lead_us if lead_us is None else lead_us)
+        lead = self.lead_us if lead_us is None else lead_us
+        used = self._rung(lead)
+        if abs(math.log(max(lead, 1) / used)) > math.log(cfg.ratio) / 2:
+            return  # planned off the ladder (capped by the period, or before the ladder moved): no rung's
         self._met[used].append(queue_pkts)
         self._covered += 1
         self.lead_us = self._next()

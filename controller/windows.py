@@ -127,7 +127,8 @@ class WindowPlanner:
         """An iteration started: what it met teaches the key's lead. Returns whether a window of the key
         was open for it."""
         covering = self.covering(report.key, report.t_us)
-        lead = max((w.lead_us for w in covering), default=None)
+        # The window open longest set how long the queue had drained: its lead is the one judged.
+        lead = min(covering, key=lambda w: w.start_us).lead_us if covering else None
         self.tracker(report.key).observe(report.queue_pkts, bool(covering), lead or None)
         return bool(covering)
 
@@ -176,7 +177,8 @@ class WindowPlanner:
             start = min([desired.start_us] + [w.start_us for w in same])
             end = max([desired.end_us] + [w.end_us for w in same])
             if end - start <= self.config.max_extend * desired.length_us:
-                desired, reason = replace(desired, start_us=start, end_us=end), "extend"
+                desired, reason = replace(desired, start_us=start, end_us=end,
+                                          lead_us=desired.lead_us + desired.start_us - start), "extend"
             else:
                 reason = "replace"
         # Write the new window before removing the old ones, so there is no gap between them.

@@ -126,6 +126,7 @@ def test_revised_prediction_extends_or_replaces():
     changes = planner.update(KEY, prediction(T0 + P + 1_500), now_us=T0 + 1)
     assert [(c.op, c.reason) for c in changes] == [("arm", "extend"), ("disarm", "replaced")]
     assert changes[0].window.start_us == first.window.start_us and changes[0].window.end_us == T0 + P + 2_500
+    assert changes[0].window.lead_us == 2_500   # it opens 2.5 ms before the start it is now for
     changes = planner.update(KEY, prediction(T0 + P + 50_000), now_us=T0 + 2)  # another burst: the old one is stale
     assert [(c.op, c.reason) for c in changes] == [("disarm", "stale"), ("arm", "new")]
     assert len(planner.armed(KEY)) == 1
@@ -249,15 +250,20 @@ def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
     learns what its lead gave."""
     planner = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
     planner.observe_start(BurstReport("s1", 2, 1, T0, 40))  # a standing queue: windows are needed
-    [arm] = planner.update(KEY, prediction(T0 + P), now_us=T0)
+    [arm] = planner.update(KEY, prediction(T0 + P, period=10 * P), now_us=T0)
     start = T0 + P + 200
     assert arm.window.contains(start)
     assert [c.op for c in planner.expire("s1", arm.window.end_us)] == ["disarm"]  # before the report came
     assert planner.armed(KEY) == [] and planner.covering(KEY, start) == [arm.window]
     assert planner.observe_start(BurstReport("s1", 2, 1, start, 30)) is True
     tracker = planner.tracker(KEY)
-    # Its lead, 30 ms (0.3 x the period), counts for the nearest lead of the ladder (54 ms).
-    assert arm.window.lead_us == 30_000 and tracker.score(tracker.ladder[0]) == 30
+    assert arm.window.lead_us == tracker.ladder[1] and tracker.score(arm.window.lead_us) == 30
+    # A lead capped by the period (30 ms: 0.3 x 100 ms) is off the ladder (54, 81, ... ms): no rung's.
+    capped = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
+    capped.observe_start(BurstReport("s1", 2, 1, T0, 40))
+    [arm] = capped.update(KEY, prediction(T0 + P), now_us=T0)
+    assert arm.window.lead_us == 30_000 and capped.observe_start(BurstReport("s1", 2, 1, T0 + P, 30))
+    assert all(capped.tracker(KEY).score(rung) is None for rung in capped.tracker(KEY).ladder)
     # A window removed before the start (stale, replaced) did not cover it.
     assert planner.covering(KEY, arm.window.end_us + 10) == []
 
@@ -289,6 +295,9 @@ def test_the_lead_is_the_one_whose_starts_met_the_least_queue():
     stuck = _settle(lambda open_us: 12 if open_us < 30_000 else 8)[-20:]
     assert sum(lead == round(host / 1.5) for lead, _ in stuck) >= 16
     # The tries, shortest first, then the choice; a neighbour now and then.
+    flat = LeadTracker(1000, LeadConfig(k_pre=10, rtt_us=1000, min_lead_us=40_000))
+    flat.observe(12, covered=False)     # the first lead, 25 ms, is below the guard (40 ms): distinct rungs from it
+    assert flat.ladder == (40_000, 60_000, 90_000, 135_000, 202_500) and flat.lead_us == 40_000
     tracker = LeadTracker(1000, LeadConfig(k_pre=10, rtt_us=1000, tries=1, refresh=4))
     tracker.observe(12, covered=False)
     assert tracker.ladder[1] == initial_lead_us(12, 1000, 1000)
