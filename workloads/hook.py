@@ -21,7 +21,7 @@ interpreter is whole) waits, GIL released, until gloo holds none of them. The ca
 (the `then`, whose value is the callback's Python result) is the other Python object a gloo thread
 can free last: a core dump of the 1 abort in 110 exits that remained showed a gloo thread destroying
 it (~ConcretePyObjectHolder taking the GIL) while the main thread was in Py_FinalizeEx. The hook holds
-every future it hands DDP until newer ones replace it, so the last reference goes on a Python thread.
+every future it hands DDP for two iterations, so the last reference goes on the training thread.
 
 In pcn-host runs (PCNLAB_PCN_START=1) the hook announces each iteration's gradients (PCN-START,
 announce.py) to the ring successor, where gloo's ring all-reduce sends them, one lead before the
@@ -36,7 +36,6 @@ import atexit
 import os
 import threading
 import time
-from collections import deque
 
 from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.announce import Announcer, start_listener
@@ -55,9 +54,12 @@ class IterationHook:
         self.outstanding = 0
         self.last_seen = False
         self.held = 0              # completion callbacks not yet released by gloo's threads
-        # The futures handed to DDP, held here too (see the module's docstring); the oldest go on this
-        # thread as new ones come, long after gloo let go of them.
-        self._futures: deque = deque(maxlen=256)
+        # The futures handed to DDP in this iteration and the one before, held here too (see the
+        # module's docstring); older ones go on the training thread at a forward, long after gloo let go
+        # of them (two iterations, not a count of buckets: DDP rebuilds its buckets after the first
+        # iteration, and a count would keep the first buffers alive beside the new).
+        self._futures: list = []
+        self._previous: list = []
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -70,6 +72,7 @@ class IterationHook:
             self.iter += 1
             self.compute_start, self.comm_start, self.bytes = time.monotonic_ns(), 0, 0
             self.outstanding, self.last_seen = 0, False
+            self._previous, self._futures = self._futures, []
         if self.announcer is not None and self.last_compute_ns:
             expected = self.compute_start + self.last_compute_ns
             delay = max(0.0, (expected - time.monotonic_ns()) / 1e9 - self.announcer.lead_us() / 1e6)
