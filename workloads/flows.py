@@ -9,7 +9,6 @@ and retransmits. Congestion control is per socket (--cc); ECN is per host (see h
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 import time
 

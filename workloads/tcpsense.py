@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from dataclasses import dataclass
 
 from pcnlab.workloads.netutil import TCP_INFO, TCPI_OPT_ECN
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pcnlab.workloads.ltp.ratecontrol import AimdWindow, RttEstimator
-from pcnlab.workloads.ltp.wire import (ACK_HEADER, DATA_HEADER, FLAG_RETRANSMISSION, MAGIC, MAX_DATAGRAM, VERSION,
+from pcnlab.workloads.ltp.wire import (DATA_HEADER, FLAG_RETRANSMISSION, MAGIC, MAX_DATAGRAM, VERSION,
                                        DATA, Layout, Rejected, mask_of, parse_ack)
 
 SOCKET_BUFFER = 1 << 20
