@@ -11,6 +11,7 @@ prediction becomes a window through the planner (windows.py), shaped by the chos
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -183,15 +184,20 @@ def replay(reports: Iterable[BurstReport], scheduler: WindowScheduler | None = N
             if change.op == "arm":
                 armed_at[change.window] = change.at_us
 
-    pending = sorted(ends, key=lambda e: e[2])
+    def advance(switch: str, until_us: int) -> None:
+        while (wake := scheduler.next_wakeup_us(switch)) is not None and wake < until_us:
+            apply(scheduler.tick(switch, wake))
+
+    pending: dict[str, deque[tuple[BurstKey, int, int]]] = {}   # each switch's ends, in its own clock
+    for end in sorted(ends, key=lambda e: e[2]):
+        pending.setdefault(end[0].switch, deque()).append(end)
     for report in reports:
-        while pending and pending[0][2] < report.t_us and pending[0][0].switch == report.switch:
-            key, end_us, seen_us = pending.pop(0)
-            while (wake := scheduler.next_wakeup_us(key.switch)) is not None and wake < seen_us:
-                apply(scheduler.tick(key.switch, wake))
+        mine = pending.get(report.switch, deque())
+        while mine and mine[0][2] < report.t_us:
+            key, end_us, seen_us = mine.popleft()
+            advance(key.switch, seen_us)
             apply(scheduler.on_end(key, end_us, seen_us)[1])
-        while (wake := scheduler.next_wakeup_us(report.switch)) is not None and wake < report.t_us:
-            apply(scheduler.tick(report.switch, wake))
+        advance(report.switch, report.t_us)
         hit = next((w for w in scheduler.planner.covering(report.key, report.t_us)
                     if armed_at.get(w, report.t_us) + write_latency_us <= report.t_us), None)
         observation, batch = scheduler.on_report(report)

@@ -178,3 +178,20 @@ def test_a_ring_port_is_predicted_from_its_own_burst_end():
     assert sum(rhythm_only[10:]) <= sum(covered[10:]) - 0.2 * len(covered[10:])
     # A late end digest (after the next start was already reported) forecasts nothing.
     assert core.chains.on_end(BurstKey("s1", 1, 1), T0, T0 + 50_000) == []
+
+
+def test_a_replay_feeds_each_switch_its_own_burst_ends():
+    """replay(ends=...) as the controller: each end when the switch saw it, before the next report of
+    that switch; another switch's end, early in its own clock and with no report of its own, holds none
+    of them back."""
+    rng, t, reports, ends = random.Random(5), T0, [], []
+    for _ in range(120):
+        reports.append(BurstReport("s1", 1, 1, t, 30))
+        end = t + rng.randint(40_000, 140_000)
+        ends.append((BurstKey("s1", 1, 1), end, end + 50_000))
+        t = end + 165_000 + rng.randint(-2_000, 2_000)
+    alone = replay(reports, scheduler(), ends=ends)
+    beside = replay(reports, scheduler(), ends=[(BurstKey("s2", 1, 1), 10, 20)] + ends)
+    covered = [s.covered for s in alone.steps][10:]
+    assert sum(covered) >= 0.9 * len(covered)
+    assert [s.covered for s in beside.steps] == [s.covered for s in alone.steps]
