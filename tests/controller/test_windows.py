@@ -4,6 +4,7 @@ time windows stay open, and disarming (pause, lost confidence, shutdown) without
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -136,6 +137,20 @@ def test_a_window_that_would_open_before_it_is_written_is_not_armed():
     planner = WindowPlanner(PlannerConfig(lead_us=1_000, min_notice_us=5_000))
     [skip] = planner.update(KEY, prediction(T0 + 3_000), now_us=T0)
     assert (skip.op, skip.reason) == ("skip", "late") and planner.armed() == []
+
+
+def test_a_wide_window_whose_start_has_passed_opens_once_written_while_its_burst_is_still_a_lead_ahead():
+    # Measured on pcn-training's warm-up: a chain 172 ms ahead of its start asked for a window reaching
+    # 246 ms before it (its first errors were wide) and none was armed; the start met 18 packets.
+    planner = WindowPlanner(PlannerConfig(lead_us=30_000, min_notice_us=5_000))
+    wide = replace(prediction(T0 + 172_000), early_us=216_000, late_us=2_000)
+    [arm] = planner.update(KEY, wide, now_us=T0)
+    assert (arm.op, arm.reason, arm.late) == ("arm", "new", False)
+    assert (arm.window.start_us, arm.window.end_us) == (T0 + 5_000, T0 + 174_000)
+    assert arm.window.lead_us == 30_000            # the lead it was planned with: the reach was cut, not it
+    near = WindowPlanner(PlannerConfig(lead_us=30_000, min_notice_us=5_000, guard_us=1_000))
+    [skip] = near.update(KEY, replace(prediction(T0 + 5_500), early_us=0, late_us=2_000), now_us=T0)
+    assert (skip.op, skip.reason) == ("skip", "late")   # opened once written, it would be under a guard ahead
 
 
 def test_first_lead_drains_the_standing_queue_at_the_port_rate():
