@@ -43,6 +43,7 @@ class PortMode:
     k_pre: int = K_PRE
     drop_non_ect: bool = False  # pcn: drop background non-ECT packets above k_pre inside a window
     hold_us: int = 100_000      # pcn-host: an announcement holds K_pre for at most this long
+    count_announcements: bool = True  # pcn-host: queued announcements count in the depth it marks at
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -61,7 +62,8 @@ class PortMode:
         if self.mode == "pcn":
             return fy.P4TableAction("mode_pcn", **switch, k=self.k, k_pre=self.k_pre,
                                     drop_non_ect=int(self.drop_non_ect))
-        return fy.P4TableAction("mode_pcn_host", **switch, k=self.k, k_pre=self.k_pre, hold_us=self.hold_us)
+        return fy.P4TableAction("mode_pcn_host", **switch, k=self.k, k_pre=self.k_pre, hold_us=self.hold_us,
+                                discount_announcements=int(not self.count_announcements))
 
 
 @dataclass(frozen=True)

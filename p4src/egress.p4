@@ -53,11 +53,12 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
      * (egress time): a packet that queued before the announcement still carries the signal, and the
      * burst's arrival ends it for every packet still queued. */
     action mode_pcn_host(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
-                         qdepth_t k_pre, bit<32> hold_us) {
+                         qdepth_t k_pre, bit<32> hold_us, bit<1> discount_announcements) {
         telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k_pre;
+        meta.discount_announcements = discount_announcements;
         bit<16> jobs;
         announced_jobs.read(jobs, (bit<32>)std.egress_port);
         time_us_t last;
@@ -120,7 +121,12 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
                 threshold = meta.k_pre;
                 flags = flags | TEL_IN_WINDOW;
             }
-            if (std.enq_qdepth >= threshold) {
+            qdepth_t depth = std.enq_qdepth;
+            if (meta.discount_announcements == 1) {
+                qdepth_t ahead = (qdepth_t)meta.announcements_ahead;
+                depth = ahead < depth ? depth - ahead : 0;
+            }
+            if (depth >= threshold) {
                 if (hdr.ipv4.ecn != ECN_NOT_ECT) {
                     hdr.ipv4.ecn = ECN_CE;
                     flags = flags | TEL_MARKED;
@@ -136,6 +142,16 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
             tx_port_class.count(slot);
         }
         port_queue_left.write((bit<32>)std.egress_port, (bit<32>)std.deq_qdepth);
+        if (meta.announcement == 1 || std.deq_qdepth == 0) {  /* one out, or none left */
+            bit<16> queued;
+            queued_announcements.read(queued, (bit<32>)std.egress_port);
+            if (std.deq_qdepth == 0 || queued == 0) {
+                queued = 0;
+            } else {
+                queued = queued - 1;
+            }
+            queued_announcements.write((bit<32>)std.egress_port, queued);
+        }
 
         sample.apply(hdr, meta, std, flags);
     }

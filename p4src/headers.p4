@@ -147,6 +147,7 @@ struct metadata_t {
     bit<16> payload_length;    /* L4 payload bytes */
     bit<1>  burst_start;
     bit<1>  announcement;      /* a PCN-START (pcn-host) */
+    bit<16> announcements_ahead; /* pcn-host: announcements in the egress queue when this packet joined it */
     /* Egress mode. */
     bit<1>  marking;           /* 0: drop-tail */
     qdepth_t k;
@@ -154,6 +155,7 @@ struct metadata_t {
     bit<1>  drop_non_ect;
     bit<1>  use_windows;       /* pcn: look the packet's time up in predrain_windows */
     bit<1>  window_open;
+    bit<1>  discount_announcements; /* pcn-host: mark at the depth without the queued announcements */
     telemetry_meta_t tel;
 }
 

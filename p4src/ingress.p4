@@ -74,6 +74,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             traffic_class.apply();
         }
         to_queue_port_class.count((bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class);
+        queued_announcements.read(meta.announcements_ahead, (bit<32>)std.egress_spec);
 
         /* One digest call for both kinds: BMv2 makes a learn list per call site, and P4Runtime configures
          * only the first (a second one kept BMv2's default and sent its digests in batches once a second). */
@@ -98,6 +99,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             announced_jobs.read(jobs, port);
             if (pcn_start_codepoint.apply().hit) {
                 meta.announcement = 1;
+                queued_announcements.write(port, meta.announcements_ahead + 1);
                 /* An announcement is not part of the burst it announces; one announcing a burst that
                  * is already under way (a late worker's) announces nothing. */
                 if (idle) {

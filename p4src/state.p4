@@ -12,6 +12,12 @@ register<bit<32>>(MAX_PORTS) port_queue_left;
 register<bit<16>>(MAX_PORTS) announced_jobs;
 register<time_us_t>(MAX_PORTS) last_announcement_us;
 
+/* pcn-host: announcements (PCN-START) waiting in each port's queue. BMv2 counts its queue in packets, so
+ * a 115-byte announcement weighs as much against K_pre as a full-size packet; a port told to discount
+ * them marks at the depth without them. Ingress counts one in, egress one out; an empty queue resets the
+ * count, so a lost update (ingress and egress race on it) lasts until the queue next empties. */
+register<bit<16>>(MAX_PORTS) queued_announcements;
+
 /* The end of a burst: the DDL job whose data last went to each port, its G, and whether the silence after
  * it was reported. Background packets to the port carry the clock: the first one G after the job's last
  * data packet reports the end (a port with no other traffic reports none; where no queue stands, none

@@ -77,11 +77,12 @@ class ModeConfig:
     guard_us: int = default("mode", "guard_us")
     drop_non_ect: bool = default("mode", "drop_non_ect")
     announce_hold_us: int = default("mode", "announce_hold_us")
+    count_announcements: bool = default("mode", "count_announcements")
 
     def port_mode_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.dataplane.PortMode."""
         return {"mode": self.kind, "k": self.K, "k_pre": self.K_pre, "drop_non_ect": self.drop_non_ect,
-                "hold_us": self.announce_hold_us}
+                "hold_us": self.announce_hold_us, "count_announcements": self.count_announcements}
 
     def planner_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.windows.PlannerConfig (lead None: the planner's automatic lead)."""

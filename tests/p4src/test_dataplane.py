@@ -231,6 +231,39 @@ def test_pcn_host_announcement_expires_and_is_ignored_inside_a_burst(rig):
     assert len(late) == 30 and not any(r["in_window"] for r in late)
 
 
+def _announcements_ahead(recs, packet):
+    """Announcements queued at the port when `packet` joined it: in before it, out after it came in."""
+    return sum(1 for r in recs if r["announce"] and r["ingress_us"] < packet["ingress_us"] < r["egress_us"])
+
+
+def test_pcn_host_can_leave_the_announcements_in_its_queue_out_of_the_depth_it_marks_at(rig):
+    """BMv2 counts its queue in packets, so a waiting PCN-START weighs as much against K_pre as a
+    full-size packet; count_announcements=False marks at the depth without them."""
+    from dataplane_rig import PCN_START_DSCP
+
+    rig.set_mode(PortMode("pcn-host", k=K, k_pre=K_PRE, hold_us=10_000_000, count_announcements=False))
+    time.sleep(0.1)
+    # BMv2 gives a packet its departure time as it joins the queue: at 2 packets/s the announcements
+    # are still queued when the background (a second blast, a second later) joins behind them.
+    rig.thrift.set_queue_rate(rig.port, 2)
+    try:
+        with rig.queue_log() as (records, _):
+            rig.blast("h2", 4, dscp=PCN_START_DSCP)
+            rig.blast("h1", 14)
+            time.sleep(18 / 2 + 0.5)
+            rig.thrift.set_queue_rate(rig.port, rig.rate_pps)
+            rig.blast("h2", 3)  # the announced burst: takes the announcement back
+            rig.drain(3)
+    finally:
+        rig.thrift.set_queue_rate(rig.port, rig.rate_pps)
+    recs = _port_records(records, rig)
+    bg = [(r, _announcements_ahead(recs, r)) for r in recs if r["class"] == "background"]
+    assert len(bg) == 14 and all(r["in_window"] for r, _ in bg)
+    assert all(r["marked"] == (r["enq_qdepth"] - ahead >= K_PRE) for r, ahead in bg)
+    # Some met K_pre only by counting the announcements ahead of them, and went unmarked.
+    assert any(not r["marked"] and r["enq_qdepth"] >= K_PRE and ahead for r, ahead in bg), bg
+
+
 def test_only_data_packets_start_bursts_and_records_carry_hosts_and_payload(rig):
     rig.set_mode(PortMode("droptail"))
     time.sleep(0.1)
