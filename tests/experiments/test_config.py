@@ -85,8 +85,8 @@ def test_scaling_takes_the_first_n_workers():
 def test_every_default_is_resolved(tmp_path):
     run = load_experiment(write_file(tmp_path, MINIMAL)).runs()[0]
     assert run.experiment == "exp" and run.name == "run" and run.seed == 0 and run.repetition == 1
-    assert run.topology.params == {"hosts": 3, "bw": 20.0, "queue": 60}
-    assert run.topology.queue_rates_pps() == {"bw": 1651}
+    assert run.topology.params == {"hosts": 3, "bw": 20.0, "queue": 60, "first_bw": 20.0}
+    assert run.topology.queue_rates_pps() == {"bw": 1651, "first_bw": 1651}
     assert (run.switch.kind, run.switch.packet_log, run.switch.pcap, run.switch.pace_hosts) == \
         ("bmv2", False, False, False)
     assert run.mode.kind == "droptail" and (run.mode.K, run.mode.K_pre) == (40, 10)
@@ -161,3 +161,15 @@ def test_topology_parameters_match_the_topologies():
     for kind, cls in TOPOLOGIES.items():
         signature = [p for p in inspect.signature(cls.build).parameters if p != "self"]
         assert sorted(k.name for k in TOPOLOGY_PARAMS[kind]) == sorted(signature), kind
+
+
+def test_host_queue_and_first_bw_reach_the_network(tmp_path):
+    """switch.host_queue (fifo by default: existing experiments keep their host queues) and the star's
+    first_bw (h1's link: a PS that pushes faster than its workers' links take gradients in)."""
+    text = MINIMAL.replace("topology: star", "topology: {kind: star, hosts: 3, bw: 25, first_bw: 100}")
+    run = load_experiment(write_file(tmp_path, text + "switch: {pace_hosts: true, host_queue: fair}\n")).runs()[0]
+    assert run.switch.host_queue == "fair" and run.topology.params["first_bw"] == 100
+    topo = run.topology.build(monitors=False)
+    assert topo.linkInfo("h1", "s1")["bw"] == 100 and topo.linkInfo("h2", "s1")["bw"] == 25
+    assert RunConfig.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    assert load_experiment(write_file(tmp_path, MINIMAL)).runs()[0].switch.host_queue == "fifo"
