@@ -51,6 +51,8 @@ def training_metrics(run: RunData) -> dict:
         out["iteration_ms"]["p99"] = float(np.percentile(gaps, 99))
         out["iterations_per_s"] = 1000.0 / float(np.mean(gaps))
     out.update(gradient_delivery(table))
+    out.update(push_spread(workers))
+    out.update(host_tcp_events(workers))
     if "loss" in workers and workers["loss"].notna().any():
         per_iter = workers.groupby("iter")["loss"].mean().dropna()
         out["loss_first"], out["loss_last"] = float(per_iter.iloc[0]), float(per_iter.iloc[-1])
@@ -61,6 +63,32 @@ def training_metrics(run: RunData) -> dict:
         out["test_loss_final"] = float(evals["test_loss"].iloc[-1])
         out["accuracy_iteration"] = int(evals.index[-1])
     return out
+
+
+def push_spread(workers: pd.DataFrame) -> dict:
+    """How far apart a job's workers start communicating in one iteration (their comm_start_ns, one host
+    clock): max - min per (job, iteration) over the workers that logged it, in ms. A PS whose pushes
+    reach its workers together gives a spread of about a millisecond: the synchronised incast."""
+    if workers.empty or workers.groupby("job")["host"].nunique().max() < 2:
+        return {}
+    per_iter = workers.groupby(["job", "iter"])["comm_start_ns"].agg(["max", "min", "count"])
+    per_iter = per_iter[per_iter["count"] > 1]
+    spread = stats(((per_iter["max"] - per_iter["min"]) / 1e6).tolist())
+    if spread["n"]:
+        spread["p99"] = float(np.percentile((per_iter["max"] - per_iter["min"]) / 1e6, 99))
+    return {"push_spread_ms": spread}
+
+
+def host_tcp_events(workers: pd.DataFrame) -> dict:
+    """Per iteration, the retransmission timeouts and tail-loss probes of the workers' hosts (their
+    namespaces' counters, logged by workloads/ps.py: tcpsense.HostTcpCounters), summed over the workers:
+    the mean per iteration, and the share of iterations with at least one timeout."""
+    if "tcp_timeouts" not in workers or workers["tcp_timeouts"].isna().all():
+        return {}
+    per_iter = workers.groupby(["job", "iter"])[["tcp_timeouts", "tcp_loss_probes"]].sum()
+    return {"tcp_timeouts_per_iteration": float(per_iter["tcp_timeouts"].mean()),
+            "tcp_loss_probes_per_iteration": float(per_iter["tcp_loss_probes"].mean()),
+            "iterations_with_timeout": float((per_iter["tcp_timeouts"] > 0).mean())}
 
 
 def gradient_delivery(table: pd.DataFrame) -> dict:

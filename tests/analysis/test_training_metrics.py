@@ -59,3 +59,29 @@ def test_gradient_delivery_of_a_generator_over_ltp(tmp_path):
     out = training_metrics(RunData(tmp_path))
     assert out["gradient_fraction"] == 1900 / 2000 and out["gradient_fraction_min"] == 0.9
     assert out["early_close"] == {"threshold": 1} and out["bytes_lost"] == 100 and out["bytes_filled"] == 0
+
+
+def test_push_spread_and_the_workers_tcp_timeouts_per_iteration(tmp_path):
+    """The spread of the workers' communication starts per iteration (max - min, ms) and their hosts'
+    retransmission timeouts and tail-loss probes (ps.py logs each host's increase), summed per iteration."""
+    folder = tmp_path / "jobs" / "train"
+    folder.mkdir(parents=True)
+    starts = {"h2": [0, 100, 200], "h3": [2, 103, 290], "h4": [1, 140, 201]}          # ms after each iteration
+    rtos = {"h2": [0, 1, 0], "h3": [0, 0, 2], "h4": [0, 1, 0]}
+    for rank, host in enumerate(starts, start=1):
+        _log(folder / f"worker{rank - 1}-{host}.jsonl", "worker", rank, host,
+             [{"iter": i, "compute_start_ns": i * 10**9, "comm_start_ns": i * 10**9 + starts[host][i] * 10**6,
+               "tcp_timeouts": rtos[host][i], "tcp_loss_probes": 1} for i in range(3)])
+    out = training_metrics(RunData(tmp_path))
+    spread = out["push_spread_ms"]
+    assert (spread["min"], spread["p50"], spread["max"], spread["n"]) == (2.0, 40.0, 90.0, 3)
+    assert out["tcp_timeouts_per_iteration"] == 4 / 3 and out["tcp_loss_probes_per_iteration"] == 3.0
+    assert out["iterations_with_timeout"] == 2 / 3
+
+
+def test_no_push_spread_with_one_worker_nor_timeouts_without_counters(tmp_path):
+    folder = tmp_path / "jobs" / "train"
+    folder.mkdir(parents=True)
+    _log(folder / "worker0-h2.jsonl", "worker", 1, "h2",
+         [{"iter": i, "compute_start_ns": i * 1_000_000} for i in range(3)])
+    assert not {"push_spread_ms", "tcp_timeouts_per_iteration"} & set(training_metrics(RunData(tmp_path)))

@@ -21,6 +21,11 @@ def test_ps_two_workers_average_and_stay_in_sync(tmp_path):
     check_ps_sync(job, 3, LR)
     for run in losses(job):
         assert run[-1] < run[0], run
+    # Every rank logs its host's TCP timeouts and loss probes per iteration (tcpsense.HostTcpCounters);
+    # loopback loses nothing, so none (on loopback the ranks share this machine's counters).
+    for p in job.procs:
+        for rec in job.records(p.label):
+            assert rec["tcp_timeouts"] >= 0 and rec["tcp_retrans_segs"] >= 0 and "tcp_loss_probes" in rec
 
 
 @pytest.mark.slow
