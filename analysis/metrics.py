@@ -52,7 +52,7 @@ def training_metrics(run: RunData) -> dict:
         out["iterations_per_s"] = 1000.0 / float(np.mean(gaps))
     out.update(gradient_delivery(table))
     out.update(push_spread(workers))
-    out.update(host_tcp_events(workers))
+    out.update(host_tcp_events(table))
     if "loss" in workers and workers["loss"].notna().any():
         per_iter = workers.groupby("iter")["loss"].mean().dropna()
         out["loss_first"], out["loss_last"] = float(per_iter.iloc[0]), float(per_iter.iloc[-1])
@@ -79,13 +79,14 @@ def push_spread(workers: pd.DataFrame) -> dict:
     return {"push_spread_ms": spread}
 
 
-def host_tcp_events(workers: pd.DataFrame) -> dict:
-    """Per iteration, the retransmission timeouts and tail-loss probes of the workers' hosts (their
-    namespaces' counters, logged by workloads/ps.py: tcpsense.HostTcpCounters), summed over the workers:
-    the mean per iteration, and the share of iterations with at least one timeout."""
-    if "tcp_timeouts" not in workers or workers["tcp_timeouts"].isna().all():
+def host_tcp_events(table: pd.DataFrame) -> dict:
+    """Per iteration, the retransmission timeouts and tail-loss probes of the job's hosts (each rank's
+    namespace counters, logged by workloads/ps.py: tcpsense.HostTcpCounters), summed over its ranks, the
+    workers' gradients and the PS's parameters alike: the mean per iteration, and the share of
+    iterations with at least one timeout."""
+    if "tcp_timeouts" not in table or table["tcp_timeouts"].isna().all():
         return {}
-    per_iter = workers.groupby(["job", "iter"])[["tcp_timeouts", "tcp_loss_probes"]].sum()
+    per_iter = table.groupby(["job", "iter"])[["tcp_timeouts", "tcp_loss_probes"]].sum()
     return {"tcp_timeouts_per_iteration": float(per_iter["tcp_timeouts"].mean()),
             "tcp_loss_probes_per_iteration": float(per_iter["tcp_loss_probes"].mean()),
             "iterations_with_timeout": float((per_iter["tcp_timeouts"] > 0).mean())}

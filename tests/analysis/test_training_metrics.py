@@ -62,8 +62,9 @@ def test_gradient_delivery_of_a_generator_over_ltp(tmp_path):
 
 
 def test_push_spread_and_the_workers_tcp_timeouts_per_iteration(tmp_path):
-    """The spread of the workers' communication starts per iteration (max - min, ms) and their hosts'
-    retransmission timeouts and tail-loss probes (ps.py logs each host's increase), summed per iteration."""
+    """The spread of the workers' communication starts per iteration (max - min, ms) and the job's hosts'
+    retransmission timeouts and tail-loss probes (ps.py logs each host's increase), summed per iteration
+    over the workers and the PS."""
     folder = tmp_path / "jobs" / "train"
     folder.mkdir(parents=True)
     starts = {"h2": [0, 100, 200], "h3": [2, 103, 290], "h4": [1, 140, 201]}          # ms after each iteration
@@ -72,10 +73,14 @@ def test_push_spread_and_the_workers_tcp_timeouts_per_iteration(tmp_path):
         _log(folder / f"worker{rank - 1}-{host}.jsonl", "worker", rank, host,
              [{"iter": i, "compute_start_ns": i * 10**9, "comm_start_ns": i * 10**9 + starts[host][i] * 10**6,
                "tcp_timeouts": rtos[host][i], "tcp_loss_probes": 1} for i in range(3)])
+    # The PS's own host: a probe for its parameters in iteration 2 (the PS's start is no push).
+    _log(folder / "ps0-h1.jsonl", "ps", 0, "h1",
+         [{"iter": i, "compute_start_ns": i * 10**9, "tcp_timeouts": 0, "tcp_loss_probes": int(i == 2)}
+          for i in range(3)])
     out = training_metrics(RunData(tmp_path))
     spread = out["push_spread_ms"]
     assert (spread["min"], spread["p50"], spread["max"], spread["n"]) == (2.0, 40.0, 90.0, 3)
-    assert out["tcp_timeouts_per_iteration"] == 4 / 3 and out["tcp_loss_probes_per_iteration"] == 3.0
+    assert out["tcp_timeouts_per_iteration"] == 4 / 3 and out["tcp_loss_probes_per_iteration"] == 10 / 3
     assert out["iterations_with_timeout"] == 2 / 3
 
 
