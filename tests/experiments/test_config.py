@@ -173,3 +173,15 @@ def test_host_queue_and_first_bw_reach_the_network(tmp_path):
     assert topo.linkInfo("h1", "s1")["bw"] == 100 and topo.linkInfo("h2", "s1")["bw"] == 25
     assert RunConfig.from_dict(json.loads(json.dumps(run.to_dict()))) == run
     assert load_experiment(write_file(tmp_path, MINIMAL)).runs()[0].switch.host_queue == "fifo"
+
+
+def test_ltp_synchronised_pushes_from_a_fast_fair_ps_into_a_quarter_burst_queue():
+    runs = load_experiment(EXPERIMENTS / "ltp-synchronised.yaml").runs()
+    assert [r.name for r in runs[:4]] == ["transport=ltp,rep=1", "transport=tcp-cubic,rep=1",
+                                          "transport=tcp-reno,rep=1", "transport=tcp-bbr,rep=1"] and len(runs) == 8
+    run = runs[0]
+    assert run.switch.pace_hosts and run.switch.host_queue == "fair"
+    params = run.topology.params
+    assert params["first_bw"] > params["bw"] and params["first_bw"] < len(run.jobs[0].workers) * params["bw"]
+    frames = len(run.jobs[0].workers) * 27          # digits-mlp: 27 full frames of gradients per worker
+    assert run.jobs[0].model == "digits-mlp" and params["queue"] == frames // 4
