@@ -110,7 +110,7 @@ def host_pacing(intf: str, mbps: float) -> str:
             f"limit {1000 * frame}")
 
 
-def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> str:
+def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> list[str]:
     """host_pacing with one queue per destination host, served in turn (HTB: a class per peer address,
     each guaranteed an even share and lent the whole link), instead of one FIFO.
 
@@ -119,7 +119,9 @@ def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> str:
     delivers them one worker after another, each after the ones written before it, and its workers
     start their next gradients that far apart. A Linux host's own default queue (fq_codel) interleaves
     flows; this kernel has neither fq_codel nor sfq, so HTB does it per destination host (what a PS's
-    pushes differ by). Anything to an address not listed (ARP, other hosts) shares a class of its own."""
+    pushes differ by). Anything to an address not listed (ARP, other hosts) shares a class of its own.
+    The tc commands, one each: a host's shell reads a line of at most 4095 bytes (the terminal's), which
+    16 peers' commands joined would exceed."""
     frame = FRAME_BYTES
     share = mbps / (len(peers) + 1)
     cls = f"burst {2 * frame} cburst {2 * frame} quantum {frame}"
@@ -132,7 +134,7 @@ def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> str:
         if ip is not None:
             cmds.append(f"tc filter add dev {intf} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 "
                         f"flowid 1:{minor:x}")
-    return " && ".join(cmds)
+    return cmds
 
 
 def check_supported(topo: PcnTopo, options: NetworkOptions) -> None:
@@ -246,8 +248,8 @@ class PcnNetwork:
         fair = self.options.host_queue == "fair"
         for host, intf, mbps in self.paced_links():
             peers = [self.net.get(h).IP() for h in self.topo.traffic_hosts() if h != host] if fair else []
-            out = self.net.get(host).cmd(fair_host_pacing(intf, mbps, peers) if fair
-                                         else host_pacing(intf, mbps)).strip()
+            cmds = fair_host_pacing(intf, mbps, peers) if fair else [host_pacing(intf, mbps)]
+            out = "".join(self.net.get(host).cmd(c) for c in cmds).strip()
             if out:  # tc says nothing when it succeeds
                 raise PcnLabError(f"pacing {host}'s {intf} at {mbps:g} Mbit/s failed: {out.splitlines()[0]}")
 

@@ -11,7 +11,7 @@ from conftest import needs_bmv2
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.thrift_runtime import SwitchThrift
-from pcnlab.topologies.network import NetworkOptions, PcnNetwork
+from pcnlab.topologies.network import NetworkOptions, PcnNetwork, fair_host_pacing
 from pcnlab.topologies.topos import make_topology
 
 
@@ -118,3 +118,14 @@ def test_a_paced_hosts_fair_queue_delivers_concurrent_sends_together(run_folder,
         assert "htb" in stats and first > 0.8 * second, (first, second, stats)
     else:
         assert "tbf" in stats and first < 0.65 * second, (first, second, stats)
+
+
+def test_fair_pacing_is_one_short_command_per_step_with_a_class_per_peer():
+    """A host's shell reads lines of at most 4095 bytes: 16 peers' commands joined overran it (a run of
+    17 hosts failed with `Cannot find device "h1-e"`); each command stands alone, one filter per peer."""
+    peers = [f"10.0.{n // 256}.{n % 256}" for n in range(2, 42)]
+    cmds = fair_host_pacing("h1-eth0", 100, peers)
+    assert all(len(c) < 300 and "&&" not in c for c in cmds)
+    filters = [c for c in cmds if " filter " in c]
+    assert [c.split("match ip dst ")[1].split("/")[0] for c in filters] == peers
+    assert len({c.split("flowid ")[1] for c in filters}) == len(peers)
