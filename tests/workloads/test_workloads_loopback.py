@@ -48,6 +48,7 @@ def test_generator_on_loopback(tmp_path):
     job = Workloads(tmp_path).start_job(spec).wait(timeout=30)
     ps = job.records("ps")
     assert [r["bytes_recv"] for r in ps] == [200_000] * 4 and [r["bytes_sent"] for r in ps] == [20_000] * 4
+    assert all(r["tcp_timeouts"] >= 0 and "tcp_loss_probes" in r for r in ps + job.records("worker0"))
     starts = [r["comm_start_ns"] for r in job.records("worker0")]
     gaps = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
     assert all(40 < g < 60 for g in gaps), gaps
