@@ -185,3 +185,14 @@ def test_ltp_synchronised_pushes_from_a_fast_fair_ps_into_a_quarter_burst_queue(
     assert params["first_bw"] > params["bw"] and params["first_bw"] < len(run.jobs[0].workers) * params["bw"]
     frames = len(run.jobs[0].workers) * 27          # digits-mlp: 27 full frames of gradients per worker
     assert run.jobs[0].model == "digits-mlp" and params["queue"] == frames // 4
+
+
+def test_ltp_synchronised_generator_has_16_small_flows_into_a_quarter_burst_queue():
+    runs = load_experiment(EXPERIMENTS / "ltp-synchronised-generator.yaml").runs()
+    assert len(runs) == 8 and {(r.jobs[0].transport, r.jobs[0].cc) for r in runs} == {
+        ("ltp", "cubic"), ("tcp", "cubic"), ("tcp", "reno"), ("tcp", "bbr")}
+    run = runs[0]
+    job, params = run.jobs[0], run.topology.params
+    frames = -(-job.burst_bytes // 1448)            # full frames of one worker's burst
+    assert len(job.workers) == 16 and frames == 7 and params["queue"] == len(job.workers) * frames // 4
+    assert run.switch.host_queue == "fair" and params["first_bw"] >= len(job.workers) * params["bw"] / 2
