@@ -29,7 +29,7 @@ HEADLINE = (  # (metrics.json key path, title, format)
     ("training.push_spread_ms.p50", "push spread p50 (ms)", "{:.1f}"),
     ("training.tcp_timeouts_per_iteration", "TCP RTOs per iteration", "{:.2f}"),
     ("training.tcp_loss_probes_per_iteration", "TCP tail-loss probes per iteration", "{:.2f}"),
-    ("training.stalled_iterations", "iterations stalled 150 ms over the median", "{:.0f}"),
+    ("training.stalled_iterations", "iterations stalled 150 ms over the fast ones", "{:.0f}"),
     ("controller.iteration_coverage", "iteration coverage", "{:.0%}"),
     ("controller.iteration_coverage_after_learning", "coverage after 5 iterations", "{:.0%}"),
     ("controller.window_open_share", "window-open share", "{:.1%}"),

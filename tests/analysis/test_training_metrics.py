@@ -82,7 +82,7 @@ def test_push_spread_and_the_workers_tcp_timeouts_per_iteration(tmp_path):
     assert (spread["min"], spread["p50"], spread["max"], spread["n"]) == (2.0, 40.0, 90.0, 3)
     assert out["tcp_timeouts_per_iteration"] == 4 / 3 and out["tcp_loss_probes_per_iteration"] == 10 / 3
     assert out["iterations_with_timeout"] == 2 / 3
-    # Stalls: the iterations 150 ms over the median of the longest communication per iteration.
+    # Stalls: the iterations 150 ms over the 5th percentile of the longest communication per iteration.
     assert (out["stalled_iterations"], out["stalled_with_tcp_timer"]) == (0, 0)
 
 
@@ -98,6 +98,15 @@ def test_a_stall_is_counted_and_matched_to_the_hosts_timers(tmp_path):
                "tcp_loss_probes": probes[host][i]} for i in range(5)])
     out = training_metrics(RunData(tmp_path))
     assert (out["stalled_iterations"], out["stalled_with_tcp_timer"]) == (2, 1)
+    # When most iterations wait on a timer, they are still stalls (the median would hide them).
+    for host in comm_ms:
+        comm_ms[host][1] = comm_ms[host][3] = 245
+    for rank, host in enumerate(comm_ms, start=1):
+        _log(folder / f"worker{rank - 1}-{host}.jsonl", "worker", rank, host,
+             [{"iter": i, "compute_start_ns": i * 10**9, "comm_start_ns": i * 10**9,
+               "comm_end_ns": i * 10**9 + comm_ms[host][i] * 10**6, "tcp_timeouts": 0,
+               "tcp_loss_probes": probes[host][i]} for i in range(5)])
+    assert training_metrics(RunData(tmp_path))["stalled_iterations"] == 4
 
 
 def test_no_push_spread_with_one_worker_nor_timeouts_without_counters(tmp_path):
