@@ -149,7 +149,7 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
             log.iteration(Iteration(
                 iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
                 comm_end_ns=answered, bytes_sent=chunk * steps, bytes_recv=chunk * steps,
-                extra=dict(planned_start_ns=start, announce_ns=announced, **tcp_info(out))))
+                extra=dict(planned_start_ns=start, announce_ns=announced, **tcp_info(out), **host_tcp.delta())))
     out.close()
     inc.close()
 

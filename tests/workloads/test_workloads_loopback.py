@@ -65,3 +65,4 @@ def test_generator_ring_on_loopback(tmp_path):
         its = check_log_format(p.log, 3)
         # A ring all-reduce of B over N workers: 2 (N - 1) steps of B / N each way.
         assert all(r["bytes_sent"] == r["bytes_recv"] == 4 * 100_000 for r in its)
+        assert all(r["tcp_timeouts"] >= 0 and "tcp_loss_probes" in r for r in its)   # tcpsense.HostTcpCounters
