@@ -24,6 +24,7 @@ from pcnlab.files import write_json
 from pcnlab.analysis.results import RunData, load_run, on_port
 from pcnlab.rates import rate_mbps
 
+STALL_MS = 150  # an iteration this much over its job's fast ones waited on a timer (Linux's are >= 200 ms)
 LEARNING = 5   # iterations a prediction needs before it can be held to cover every iteration (issue 12)
 
 
@@ -51,6 +52,8 @@ def training_metrics(run: RunData) -> dict:
         out["iteration_ms"]["p99"] = float(np.percentile(gaps, 99))
         out["iterations_per_s"] = 1000.0 / float(np.mean(gaps))
     out.update(gradient_delivery(table))
+    out.update(push_spread(workers))
+    out.update(host_tcp_events(table))
     if "loss" in workers and workers["loss"].notna().any():
         per_iter = workers.groupby("iter")["loss"].mean().dropna()
         out["loss_first"], out["loss_last"] = float(per_iter.iloc[0]), float(per_iter.iloc[-1])
@@ -61,6 +64,42 @@ def training_metrics(run: RunData) -> dict:
         out["test_loss_final"] = float(evals["test_loss"].iloc[-1])
         out["accuracy_iteration"] = int(evals.index[-1])
     return out
+
+
+def push_spread(workers: pd.DataFrame) -> dict:
+    """How far apart a job's workers start communicating in one iteration (their comm_start_ns, one host
+    clock): max - min per (job, iteration) over the workers that logged it, in ms. A PS whose pushes
+    reach its workers together gives a spread of about a millisecond: the synchronised incast."""
+    if workers.empty or workers.groupby("job")["host"].nunique().max() < 2:
+        return {}
+    per_iter = workers.groupby(["job", "iter"])["comm_start_ns"].agg(["max", "min", "count"])
+    per_iter = per_iter[per_iter["count"] > 1]
+    spread = stats(((per_iter["max"] - per_iter["min"]) / 1e6).tolist())
+    if spread["n"]:
+        spread["p99"] = float(np.percentile((per_iter["max"] - per_iter["min"]) / 1e6, 99))
+    return {"push_spread_ms": spread}
+
+
+def host_tcp_events(table: pd.DataFrame) -> dict:
+    """Per iteration, the retransmission timeouts and tail-loss probes of the job's hosts (each rank's
+    namespace counters, logged by workloads/ps.py: tcpsense.HostTcpCounters), summed over its ranks, the
+    workers' gradients and the PS's parameters alike: the mean per iteration, and the share of
+    iterations with at least one timeout. And the stalls they explain: iterations whose longest
+    communication (any rank's) exceeds the job's 5th percentile (an exchange that waited on no timer;
+    the median does not do when most iterations wait) by STALL_MS, and how many of those had a
+    timeout or a probe on one of the job's hosts (a probe with one segment out waits 2 RTTs + 200 ms)."""
+    if "tcp_timeouts" not in table or table["tcp_timeouts"].isna().all():
+        return {}
+    per_iter = table.groupby(["job", "iter"])[["tcp_timeouts", "tcp_loss_probes"]].sum()
+    comm = (table["comm_end_ns"] - table["comm_start_ns"]) / 1e6
+    longest = comm.groupby([table["job"], table["iter"]]).max()
+    stalled = longest > longest.groupby(level="job").transform(lambda v: np.percentile(v, 5)) + STALL_MS
+    timers = (per_iter["tcp_timeouts"] + per_iter["tcp_loss_probes"]) > 0
+    return {"tcp_timeouts_per_iteration": float(per_iter["tcp_timeouts"].mean()),
+            "tcp_loss_probes_per_iteration": float(per_iter["tcp_loss_probes"].mean()),
+            "iterations_with_timeout": float((per_iter["tcp_timeouts"] > 0).mean()),
+            "stalled_iterations": int(stalled.sum()),
+            "stalled_with_tcp_timer": int((stalled & timers.reindex(stalled.index, fill_value=False)).sum())}
 
 
 def gradient_delivery(table: pd.DataFrame) -> dict:

@@ -25,6 +25,7 @@ from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
 
 SWITCH_KINDS = ("bmv2", "bridge")
+HOST_QUEUES = ("fifo", "fair")   # a paced host's queue (host_pacing, fair_host_pacing)
 # Mininet names root-namespace interfaces s1-eth1, ...: two networks at once would collide, so a
 # machine runs one PcnNetwork at a time and the next one waits for this lock.
 NETWORK_LOCK = Path(os.environ.get("PCNLAB_LOCK", "/run/pcnlab/network.lock"))
@@ -40,10 +41,13 @@ class NetworkOptions:
     thrift_base_port: int | None = None
     host_cpu: float | None = None    # CPU share per host (CPULimitedHost); None: no limit
     pace_hosts: bool = False         # bmv2: hosts send at most their link's rate (see host_pacing)
+    host_queue: str = "fifo"         # a paced host's queue: fifo (host_pacing) or fair (fair_host_pacing)
 
     def __post_init__(self):
         if self.switch not in SWITCH_KINDS:
             raise UsageError(f"unknown switch kind {self.switch!r}; choose one of {', '.join(SWITCH_KINDS)}")
+        if self.host_queue not in HOST_QUEUES:
+            raise UsageError(f"unknown host queue {self.host_queue!r}; choose one of {', '.join(HOST_QUEUES)}")
 
 
 class _Tracked:
@@ -104,6 +108,33 @@ def host_pacing(intf: str, mbps: float) -> str:
     frame = FRAME_BYTES
     return (f"tc qdisc replace dev {intf} root tbf rate {mbps:g}mbit burst {2 * frame} "
             f"limit {1000 * frame}")
+
+
+def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> list[str]:
+    """host_pacing with one queue per destination host, served in turn (HTB: a class per peer address,
+    each guaranteed an even share and lent the whole link), instead of one FIFO.
+
+    Why: a FIFO sends what the sockets wrote in the order they wrote it, so a parameter server that
+    posts its parameters to every worker at once (gloo's isend per worker, LTP's sender threads) still
+    delivers them one worker after another, each after the ones written before it, and its workers
+    start their next gradients that far apart. A Linux host's own default queue (fq_codel) interleaves
+    flows; this kernel has neither fq_codel nor sfq, so HTB does it per destination host (what a PS's
+    pushes differ by). Anything to an address not listed (ARP, other hosts) shares a class of its own.
+    The tc commands, one each: a host's shell reads a line of at most 4095 bytes (the terminal's), which
+    16 peers' commands joined would exceed."""
+    frame = FRAME_BYTES
+    share = mbps / (len(peers) + 1)
+    cls = f"burst {2 * frame} cburst {2 * frame} quantum {frame}"
+    cmds = [f"tc qdisc replace dev {intf} root handle 1: htb default 2",
+            f"tc class add dev {intf} parent 1: classid 1:1 htb rate {mbps:g}mbit ceil {mbps:g}mbit {cls}"]
+    for minor, ip in enumerate([None, *peers], start=2):
+        cmds += [f"tc class add dev {intf} parent 1:1 classid 1:{minor:x} htb rate {share:g}mbit "
+                 f"ceil {mbps:g}mbit {cls}",
+                 f"tc qdisc add dev {intf} parent 1:{minor:x} handle {minor:x}: pfifo limit 1000"]
+        if ip is not None:
+            cmds.append(f"tc filter add dev {intf} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 "
+                        f"flowid 1:{minor:x}")
+    return cmds
 
 
 def check_supported(topo: PcnTopo, options: NetworkOptions) -> None:
@@ -214,8 +245,11 @@ class PcnNetwork:
                     # TCP through BMv2 fails with checksum offload on (ping still works).
                     host.cmd(f"ethtool --offload {intf} rx off tx off sg off >/dev/null 2>&1")
         self.net.staticArp()
+        fair = self.options.host_queue == "fair"
         for host, intf, mbps in self.paced_links():
-            out = self.net.get(host).cmd(host_pacing(intf, mbps)).strip()
+            peers = [self.net.get(h).IP() for h in self.topo.traffic_hosts() if h != host] if fair else []
+            cmds = fair_host_pacing(intf, mbps, peers) if fair else [host_pacing(intf, mbps)]
+            out = "".join(self.net.get(host).cmd(c) for c in cmds).strip()
             if out:  # tc says nothing when it succeeds
                 raise PcnLabError(f"pacing {host}'s {intf} at {mbps:g} Mbit/s failed: {out.splitlines()[0]}")
 
@@ -307,6 +341,7 @@ class PcnNetwork:
         desc = {
             "switch_kind": self.options.switch,
             "paced_hosts": {h: {"intf": i, "mbps": m} for h, i, m in self.paced_links()},
+            "host_queue": self.options.host_queue if self.paced_links() else None,
             "hosts": {h.name: {"ip": h.IP(), "mac": h.MAC(), "pid": h.pid} for h in self.net.hosts},
             "roles": self.topo.roles,
             "switches": {

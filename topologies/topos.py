@@ -92,12 +92,14 @@ class PcnTopo(Topo):
 
 
 class StarTopo(PcnTopo):
-    """One switch, `hosts` hosts."""
+    """One switch, `hosts` hosts; h1's link may have a rate of its own (`first_bw`): a parameter server
+    there can push its parameters out faster than each worker's link takes its gradients in."""
 
-    def build(self, hosts: int = 3, bw: float | None = None, queue: int | None = None):
+    def build(self, hosts: int = 3, bw: float | None = None, queue: int | None = None,
+              first_bw: float | None = None):
         s1 = self.add_switch()
-        for _ in range(hosts):
-            self.link(self.add_host("hosts"), s1, bw, queue)
+        for n in range(hosts):
+            self.link(self.add_host("hosts"), s1, first_bw if n == 0 and first_bw is not None else bw, queue)
 
 
 class DumbbellTopo(PcnTopo):

@@ -31,6 +31,7 @@ from pcnlab.workloads.burst_session import (HELLO, Pacer, Payload, accept_worker
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, tcp_info
 from pcnlab.workloads.process_config import BurstConfig, as_dict, parse_config
+from pcnlab.workloads.tcpsense import HostTcpCounters
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,6 +69,7 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
     ranks = sorted(conns)
     payloads = {r: Payload(cfg.burst_bytes) for r in ranks}
     replies = {r: Payload(cfg.reply_bytes) for r in ranks}  # answers go out at once: one buffer each
+    host_tcp = HostTcpCounters()   # this host's RTOs and tail-loss probes, per iteration (tcpsense.py)
     with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
         for it in range(cfg.iterations):
             got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
@@ -80,7 +82,7 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
                 comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
                 bytes_sent=cfg.reply_bytes * len(ranks), bytes_recv=sum(size for _, size, _ in got),
                 extra=dict(recv_end_ns=recv_end, send_start_ns=send_start,
-                           first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)})))
+                           first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)}, **host_tcp.delta())))
     for sock in conns.values():
         sock.close()
 
@@ -90,6 +92,7 @@ def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
     udp = announce_udp(cfg)
     payload = Payload(max(cfg.burst_bytes, cfg.reply_bytes))
     pacer = Pacer(cfg)
+    host_tcp = HostTcpCounters()
     answered = time.monotonic_ns()
     for it in range(cfg.iterations):
         gap_start = answered
@@ -102,7 +105,8 @@ def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
         log.iteration(Iteration(
             iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
             comm_end_ns=answered, bytes_sent=cfg.burst_bytes, bytes_recv=size,
-            extra=dict(send_end_ns=sent_end, planned_start_ns=start, announce_ns=announced, **tcp_info(sock))))
+            extra=dict(send_end_ns=sent_end, planned_start_ns=start, announce_ns=announced, **tcp_info(sock),
+                       **host_tcp.delta())))
     sock.close()
 
 
@@ -129,6 +133,7 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
     steps = 2 * (n - 1)
     send_buf, recv_buf = Payload(chunk), Payload(chunk)
     pacer = Pacer(cfg)
+    host_tcp = HostTcpCounters()
     answered = time.monotonic_ns()
     with ThreadPoolExecutor(max_workers=1) as pool:
         for it in range(cfg.iterations):
@@ -144,7 +149,7 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
             log.iteration(Iteration(
                 iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
                 comm_end_ns=answered, bytes_sent=chunk * steps, bytes_recv=chunk * steps,
-                extra=dict(planned_start_ns=start, announce_ns=announced, **tcp_info(out))))
+                extra=dict(planned_start_ns=start, announce_ns=announced, **tcp_info(out), **host_tcp.delta())))
     out.close()
     inc.close()
 

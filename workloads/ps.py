@@ -24,6 +24,7 @@ from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.process_config import TRANSPORTS, TrainConfig, parse_config
+from pcnlab.workloads.tcpsense import HostTcpCounters
 from pcnlab.workloads.models import Task, build_model, compute_gradients
 from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
                                        offsets, peers, run_main, setup_process, timed_compute, unflatten_into)
@@ -84,6 +85,7 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
     sync = comp.shard_sync(flat([p.detach() for p in own])) if comp.compressed else None
     level, nbytes = 0, 4 * size * len(workers)
     recv_bytes = nbytes
+    host_tcp = HostTcpCounters()   # this host's RTOs and tail-loss probes, per iteration (tcpsense.py)
     for it in range(cfg.iterations):
         comm_start = time.monotonic_ns()
         if sync is not None:  # compressed (gradsync.py): decoded gradients in, parameters' change out
@@ -116,7 +118,7 @@ def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, tes
             iter=it, compute_start_ns=recv_end, compute_end_ns=step_end, comm_start_ns=comm_start,
             comm_end_ns=comm_end, bytes_sent=nbytes, bytes_recv=recv_bytes,
             extra=dict(recv_end_ns=recv_end, send_start_ns=step_end, params_sha=digest(own),
-                       **held_out_accuracy(cfg, model, test, it),
+                       **held_out_accuracy(cfg, model, test, it), **host_tcp.delta(),
                        **comp.record(level, (step_end - recv_end) / 1e9, (comm_end - comm_start) / 1e9, nbytes,
                                      recv_bytes))))
 
@@ -135,6 +137,7 @@ def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> No
     ann = announcer(cfg, log, peers(cfg)[:cfg.servers], 4 * sum(p.numel() for p in params))
     comp = RankCompression(cfg, [sum(p.numel() for p in ps) for ps in per_shard])
     sync = comp.worker_sync() if comp.compressed else None
+    host_tcp = HostTcpCounters()   # this host's RTOs and tail-loss probes, per iteration (tcpsense.py)
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
                                                                      cfg.seed),
@@ -161,7 +164,7 @@ def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> No
             iter=it, compute_start_ns=c0, compute_end_ns=c1, comm_start_ns=comm_start, comm_end_ns=comm_end,
             bytes_sent=sent_bytes, bytes_recv=recv_bytes, loss=loss,
             extra=dict(params_sha=digest(params), **({"announce_ns": ann.last_ns} if ann else {}),
-                       **held_out_accuracy(cfg, model, test, it),
+                       **held_out_accuracy(cfg, model, test, it), **host_tcp.delta(),
                        **comp.record(level, (c1 - c0) / 1e9, (comm_end - comm_start) / 1e9, sent_bytes, recv_bytes))))
 
 

@@ -14,6 +14,12 @@ kernel's latest sample) and whether that sample was application-limited, and whe
 negotiated. `sense` turns two snapshots into an iteration's figures: counters summed over the
 sockets, RTTs from the connections that carried data.
 
+The host's own counters (HostTcpCounters): /proc/net/netstat and /proc/net/snmp are per network
+namespace, and a rank in a Mininet host has its namespace to itself, so their increase over an iteration
+is what that iteration cost this host's TCP: retransmission timeouts (TcpExt TCPTimeouts), tail-loss
+probes (TCPLossProbes, and TCPLossProbeRecovery: the probes that repaired a loss), spurious timeouts
+undone (TCPSpuriousRTOs) and segments retransmitted (Tcp RetransSegs).
+
 Not reachable this way: the queue at the switch (the data plane's telemetry goes to the collector,
 not to the hosts), CE marks on the packets this rank receives (the kernel echoes them to the sender,
 where delivered_ce counts them), and other jobs' traffic.
@@ -135,3 +141,43 @@ class GlooSockets:
         for s in self.sockets:
             s.close()
         self.sockets = []
+
+
+# TcpExt (/proc/net/netstat) and Tcp (/proc/net/snmp) counters, as an iteration's record names them.
+HOST_COUNTERS = {("TcpExt", "TCPTimeouts"): "tcp_timeouts", ("TcpExt", "TCPLossProbes"): "tcp_loss_probes",
+                 ("TcpExt", "TCPLossProbeRecovery"): "tcp_loss_probe_recoveries",
+                 ("TcpExt", "TCPSpuriousRTOs"): "tcp_spurious_rtos", ("Tcp", "RetransSegs"): "tcp_retrans_segs"}
+
+
+def parse_proc_counters(text: str) -> dict[tuple[str, str], int]:
+    """/proc/net/netstat or /proc/net/snmp: (group, name) -> value, from each header line and the value
+    line after it."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    out = {}
+    for head, values in zip(lines[::2], lines[1::2]):
+        group = head[0].rstrip(":")
+        out.update({(group, name): int(v) for name, v in zip(head[1:], values[1:]) if v.lstrip("-").isdigit()})
+    return out
+
+
+class HostTcpCounters:
+    """The TCP counters of this process's network namespace (HOST_COUNTERS); `delta()` is their increase
+    since the previous call (or since it was made). A counter the kernel lacks counts 0."""
+
+    def __init__(self, paths: tuple[str, ...] = ("/proc/net/netstat", "/proc/net/snmp")):
+        self.paths = paths
+        self.last = self.read()
+
+    def read(self) -> dict[str, int]:
+        found: dict[tuple[str, str], int] = {}
+        for path in self.paths:
+            with open(path) as f:
+                found.update(parse_proc_counters(f.read()))
+        return {name: found.get(key, 0) for key, name in HOST_COUNTERS.items()}
+
+    def delta(self) -> dict[str, int]:
+        now = self.read()
+        moved = {name: now[name] - self.last[name] for name in now}
+        self.last = now
+        return moved
+

@@ -53,6 +53,9 @@ def build(tree: Raw, ctx: Context) -> dict:
         raise error(first_where(sw.get("pace_hosts"), fallback=doc_where), "switch.pace_hosts",
                     f"applies to bmv2 switches only (on {switch.kind}, links are shaped at both ends already); "
                     "remove it")
+    if switch.host_queue != "fifo" and not switch.pace_hosts:
+        raise error(first_where(sw.get("host_queue"), fallback=doc_where), "switch.host_queue",
+                    "is the queue of a paced host: add pace_hosts: true, or remove it")
 
     mode_raw = top.get("mode")
     md = mapping(mode_raw, "mode", "mode", section_keys("mode")) if mode_raw is not None else {}

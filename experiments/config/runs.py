@@ -53,6 +53,7 @@ class SwitchConfig:
     packet_log: bool = default("switch", "packet_log")
     pcap: bool = default("switch", "pcap")
     pace_hosts: bool = default("switch", "pace_hosts")
+    host_queue: str = default("switch", "host_queue")
 
 
 def link_limit(switch: SwitchConfig) -> tuple[float, str]:

@@ -21,7 +21,7 @@ from pcnlab.controller.dataplane import (K, K_PRE, MAX_BURST_GAP_US, MAX_JOB_ID,
 from pcnlab.controller.modes import K_PRE_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.analysis.reference import REFERENCES
-from pcnlab.topologies.network import SWITCH_KINDS
+from pcnlab.topologies.network import HOST_QUEUES, SWITCH_KINDS
 from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
 from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS
@@ -104,7 +104,10 @@ SAME_AS_BW = "same as bw"
 TOPOLOGY_PARAMS: dict[str, tuple[Key, ...]] = {
     "star": (
         Key("hosts", "int", 3, "hosts on the one switch s1 (role `hosts`)", min=1, max=MAX_HOSTS),
-        _BW, _QUEUE),
+        _BW, _QUEUE,
+        _rate("first_bw", "rate of h1's link, both ways (e.g. a parameter server's, faster than its workers' "
+              "links; a `schedule:` change at_s 0 can lower s1's side, the queue towards h1)", SAME_AS_BW,
+              SAME_AS_BW)),
     "dumbbell": (
         Key("left", "int", 2, "hosts on s1 (role `left`)", min=1, max=MAX_HOSTS),
         Key("right", "int", 2, "hosts on s2 (role `right`)", min=1, max=MAX_HOSTS),
@@ -179,6 +182,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "wait in BMv2's input buffer, which no real switch has (topologies/network.py host_pacing). "
             "A port fed by one host at its own rate then queues in the host's bucket, not in BMv2; a `schedule:` "
             "may lower a paced host's link, not raise it. bmv2 only (bridges shape both ends already)"),
+        Key("host_queue", "choice", "fifo", "pace_hosts: a paced host's queue. fifo: one queue, packets leave in "
+            "the order the host's sockets wrote them (a parameter server's concurrent pushes reach its workers one "
+            "after another); fair: one queue per destination host, served in turn (HTB), as a Linux host's default "
+            "fq_codel interleaves flows: concurrent pushes reach every worker together (topologies/network.py "
+            "fair_host_pacing)", choices=HOST_QUEUES, what="host queue"),
     ),
     "mode": (
         Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "

@@ -85,8 +85,8 @@ def test_scaling_takes_the_first_n_workers():
 def test_every_default_is_resolved(tmp_path):
     run = load_experiment(write_file(tmp_path, MINIMAL)).runs()[0]
     assert run.experiment == "exp" and run.name == "run" and run.seed == 0 and run.repetition == 1
-    assert run.topology.params == {"hosts": 3, "bw": 20.0, "queue": 60}
-    assert run.topology.queue_rates_pps() == {"bw": 1651}
+    assert run.topology.params == {"hosts": 3, "bw": 20.0, "queue": 60, "first_bw": 20.0}
+    assert run.topology.queue_rates_pps() == {"bw": 1651, "first_bw": 1651}
     assert (run.switch.kind, run.switch.packet_log, run.switch.pcap, run.switch.pace_hosts) == \
         ("bmv2", False, False, False)
     assert run.mode.kind == "droptail" and (run.mode.K, run.mode.K_pre) == (40, 10)
@@ -161,3 +161,38 @@ def test_topology_parameters_match_the_topologies():
     for kind, cls in TOPOLOGIES.items():
         signature = [p for p in inspect.signature(cls.build).parameters if p != "self"]
         assert sorted(k.name for k in TOPOLOGY_PARAMS[kind]) == sorted(signature), kind
+
+
+def test_host_queue_and_first_bw_reach_the_network(tmp_path):
+    """switch.host_queue (fifo by default: existing experiments keep their host queues) and the star's
+    first_bw (h1's link: a PS that pushes faster than its workers' links take gradients in)."""
+    text = MINIMAL.replace("topology: star", "topology: {kind: star, hosts: 3, bw: 25, first_bw: 100}")
+    run = load_experiment(write_file(tmp_path, text + "switch: {pace_hosts: true, host_queue: fair}\n")).runs()[0]
+    assert run.switch.host_queue == "fair" and run.topology.params["first_bw"] == 100
+    topo = run.topology.build(monitors=False)
+    assert topo.linkInfo("h1", "s1")["bw"] == 100 and topo.linkInfo("h2", "s1")["bw"] == 25
+    assert RunConfig.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    assert load_experiment(write_file(tmp_path, MINIMAL)).runs()[0].switch.host_queue == "fifo"
+
+
+def test_ltp_synchronised_pushes_from_a_fast_fair_ps_into_a_quarter_burst_queue():
+    runs = load_experiment(EXPERIMENTS / "ltp-synchronised.yaml").runs()
+    assert [r.name for r in runs[:4]] == ["transport=ltp,rep=1", "transport=tcp-cubic,rep=1",
+                                          "transport=tcp-reno,rep=1", "transport=tcp-bbr,rep=1"] and len(runs) == 8
+    run = runs[0]
+    assert run.switch.pace_hosts and run.switch.host_queue == "fair"
+    params = run.topology.params
+    assert params["first_bw"] > params["bw"] and params["first_bw"] < len(run.jobs[0].workers) * params["bw"]
+    frames = len(run.jobs[0].workers) * 27          # digits-mlp: 27 full frames of gradients per worker
+    assert run.jobs[0].model == "digits-mlp" and params["queue"] == frames // 4
+
+
+def test_ltp_synchronised_generator_has_16_small_flows_into_a_quarter_burst_queue():
+    runs = load_experiment(EXPERIMENTS / "ltp-synchronised-generator.yaml").runs()
+    assert len(runs) == 8 and {(r.jobs[0].transport, r.jobs[0].cc) for r in runs} == {
+        ("ltp", "cubic"), ("tcp", "cubic"), ("tcp", "reno"), ("tcp", "bbr")}
+    run = runs[0]
+    job, params = run.jobs[0], run.topology.params
+    frames = -(-job.burst_bytes // 1448)            # full frames of one worker's burst
+    assert len(job.workers) == 16 and frames == 7 and params["queue"] == len(job.workers) * frames // 4
+    assert run.switch.host_queue == "fair" and params["first_bw"] >= len(job.workers) * params["bw"] / 2

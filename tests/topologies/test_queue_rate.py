@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
+
+import pytest
 
 from conftest import needs_bmv2
 from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.thrift_runtime import SwitchThrift
-from pcnlab.topologies.network import NetworkOptions, PcnNetwork
+from pcnlab.topologies.network import NetworkOptions, PcnNetwork, fair_host_pacing
 from pcnlab.topologies.topos import make_topology
 
 
@@ -65,3 +68,64 @@ def test_paced_hosts_send_at_their_links_rate_with_the_switch_unlimited(run_fold
             assert "tbf" in stats and "rate 10Mbit" in stats, stats
     saved = (run_folder.path / "host-pacing.txt").read_text()     # written at teardown
     assert saved.startswith("h1 h1-eth0\n") and "h2 h2-eth0\n" in saved and "Sent" in saved, saved
+
+
+RECEIVE = ("import socket, sys, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+           "s.bind(('0.0.0.0', 7000)); n = int(sys.argv[1]); print('ready', flush=True)\n"
+           "for _ in range(n): s.recv(2048)\n"
+           "print(time.monotonic_ns(), flush=True)")
+SEND = ("import socket, sys, time; n = int(sys.argv[1]); t0 = time.monotonic_ns()\n"
+        "socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in sys.argv[2:]]\n"
+        "for s, ip in zip(socks, sys.argv[2:]):\n"
+        "    for _ in range(n): s.sendto(b'x' * 1400, (ip, 7000))\n"
+        "print(t0, flush=True)")
+DATAGRAMS = 80   # per destination: each socket's 80 datagrams fit its send buffer, none waits on sendto
+
+
+def _finish_times(net, sender: str, receivers: list[str]) -> list[float]:
+    """Seconds from the start of sending until each receiver has all its datagrams, when `sender` writes
+    every datagram of the first receiver, then every datagram of the next (one socket each)."""
+    procs = [net.host(r).popen([sys.executable, "-c", RECEIVE, str(DATAGRAMS)], text=True) for r in receivers]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        out = net.host(sender).cmd(f"{sys.executable} -c \"{SEND}\" {DATAGRAMS} "
+                                   + " ".join(net.host(r).IP() for r in receivers))
+        t0 = int(out.split()[-1])   # after the shell's continuation prompts
+        return [(int(p.stdout.readline()) - t0) / 1e9 for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@needs_bmv2
+@pytest.mark.parametrize("host_queue", ["fifo", "fair"])
+def test_a_paced_hosts_fair_queue_delivers_concurrent_sends_together(run_folder, host_queue):
+    """host_queue fair: a host that writes to two hosts at once (a PS pushing its parameters) reaches
+    both at the end of the whole exchange, a share each of its 10 Mbit/s; fifo: the first in half the
+    time, the second only after it."""
+    topo = make_topology("star", hosts=3, bw=10, queue=64)
+    options = NetworkOptions(switch="bmv2", pace_hosts=True, host_queue=host_queue)
+    with PcnNetwork(topo, run_folder.path, run_folder.ledger, options) as net:
+        assert json.loads((run_folder.path / "network.json").read_text())["host_queue"] == host_queue
+        with ControllerThread(PcnController(net.endpoints(), P4Program.named())):
+            first, second = _finish_times(net, "h1", ["h2", "h3"])
+            stats = net.host("h1").cmd("tc -s qdisc show dev h1-eth0")
+    whole = 2 * DATAGRAMS * 1442 * 8 / 10e6           # both sends at 10 Mbit/s (1400 B + UDP/IP/Ethernet)
+    assert 0.8 * whole < second < 1.6 * whole, (first, second, whole)
+    if host_queue == "fair":
+        assert "htb" in stats and first > 0.8 * second, (first, second, stats)
+    else:
+        assert "tbf" in stats and first < 0.65 * second, (first, second, stats)
+
+
+def test_fair_pacing_is_one_short_command_per_step_with_a_class_per_peer():
+    """A host's shell reads lines of at most 4095 bytes: 16 peers' commands joined overran it (a run of
+    17 hosts failed with `Cannot find device "h1-e"`); each command stands alone, one filter per peer."""
+    peers = [f"10.0.{n // 256}.{n % 256}" for n in range(2, 42)]
+    cmds = fair_host_pacing("h1-eth0", 100, peers)
+    assert all(len(c) < 300 and "&&" not in c for c in cmds)
+    filters = [c for c in cmds if " filter " in c]
+    assert [c.split("match ip dst ")[1].split("/")[0] for c in filters] == peers
+    assert len({c.split("flowid ")[1] for c in filters}) == len(peers)

@@ -21,6 +21,11 @@ def test_ps_two_workers_average_and_stay_in_sync(tmp_path):
     check_ps_sync(job, 3, LR)
     for run in losses(job):
         assert run[-1] < run[0], run
+    # Every rank logs its host's TCP timeouts and loss probes per iteration (tcpsense.HostTcpCounters);
+    # loopback loses nothing, so none (on loopback the ranks share this machine's counters).
+    for p in job.procs:
+        for rec in job.records(p.label):
+            assert rec["tcp_timeouts"] >= 0 and rec["tcp_retrans_segs"] >= 0 and "tcp_loss_probes" in rec
 
 
 @pytest.mark.slow
@@ -43,6 +48,7 @@ def test_generator_on_loopback(tmp_path):
     job = Workloads(tmp_path).start_job(spec).wait(timeout=30)
     ps = job.records("ps")
     assert [r["bytes_recv"] for r in ps] == [200_000] * 4 and [r["bytes_sent"] for r in ps] == [20_000] * 4
+    assert all(r["tcp_timeouts"] >= 0 and "tcp_loss_probes" in r for r in ps + job.records("worker0"))
     starts = [r["comm_start_ns"] for r in job.records("worker0")]
     gaps = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
     assert all(40 < g < 60 for g in gaps), gaps
@@ -59,3 +65,4 @@ def test_generator_ring_on_loopback(tmp_path):
         its = check_log_format(p.log, 3)
         # A ring all-reduce of B over N workers: 2 (N - 1) steps of B / N each way.
         assert all(r["bytes_sent"] == r["bytes_recv"] == 4 * 100_000 for r in its)
+        assert all(r["tcp_timeouts"] >= 0 and "tcp_loss_probes" in r for r in its)   # tcpsense.HostTcpCounters
