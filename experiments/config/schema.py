@@ -207,7 +207,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US),
         Key("count_announcements", "bool", True, "pcn-host: the announcements waiting in the queue count in "
             "the depth it marks at (BMv2 counts packets, so a 115-byte PCN-START weighs as a full one; "
-            "false: mark at the depth without them; pcn-training's start queue 5.2 with, 6.4 without)"),
+            "false: mark at the depth without them; pcn-training's start queue 5.4-5.9 with, 6.2-6.5 without)"),
     ),
     "telemetry": (
         Key("every", "every", 1, "clone 1 in N packets of every port to the monitor host; off: no queue log",
