@@ -74,9 +74,10 @@ def push_spread(workers: pd.DataFrame) -> dict:
         return {}
     per_iter = workers.groupby(["job", "iter"])["comm_start_ns"].agg(["max", "min", "count"])
     per_iter = per_iter[per_iter["count"] > 1]
-    spread = stats(((per_iter["max"] - per_iter["min"]) / 1e6).tolist())
+    spread_ms = ((per_iter["max"] - per_iter["min"]) / 1e6).tolist()
+    spread = stats(spread_ms)
     if spread["n"]:
-        spread["p99"] = float(np.percentile((per_iter["max"] - per_iter["min"]) / 1e6, 99))
+        spread["p99"] = float(np.percentile(spread_ms, 99))
     return {"push_spread_ms": spread}
 
 
