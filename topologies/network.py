@@ -26,6 +26,7 @@ from pcnlab.topologies.topos import PcnTopo
 
 SWITCH_KINDS = ("bmv2", "bridge")
 HOST_QUEUES = ("fifo", "fair")   # a paced host's queue (host_pacing, fair_host_pacing)
+HOST_QUEUE_FRAMES = 1000         # a paced host's queue holds what a NIC's does (txqueuelen)
 # Mininet names root-namespace interfaces s1-eth1, ...: two networks at once would collide, so a
 # machine runs one PcnNetwork at a time and the next one waits for this lock.
 NETWORK_LOCK = Path(os.environ.get("PCNLAB_LOCK", "/run/pcnlab/network.lock"))
@@ -107,7 +108,7 @@ def host_pacing(intf: str, mbps: float) -> str:
     side only, so raising a paced host's link is refused when the file is read."""
     frame = FRAME_BYTES
     return (f"tc qdisc replace dev {intf} root tbf rate {mbps:g}mbit burst {2 * frame} "
-            f"limit {1000 * frame}")
+            f"limit {HOST_QUEUE_FRAMES * frame}")
 
 
 def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> list[str]:
@@ -130,7 +131,7 @@ def fair_host_pacing(intf: str, mbps: float, peers: list[str]) -> list[str]:
     for minor, ip in enumerate([None, *peers], start=2):
         cmds += [f"tc class add dev {intf} parent 1:1 classid 1:{minor:x} htb rate {share:g}mbit "
                  f"ceil {mbps:g}mbit {cls}",
-                 f"tc qdisc add dev {intf} parent 1:{minor:x} handle {minor:x}: pfifo limit 1000"]
+                 f"tc qdisc add dev {intf} parent 1:{minor:x} handle {minor:x}: pfifo limit {HOST_QUEUE_FRAMES}"]
         if ip is not None:
             cmds.append(f"tc filter add dev {intf} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 "
                         f"flowid 1:{minor:x}")
