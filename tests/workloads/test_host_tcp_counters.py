@@ -4,6 +4,7 @@ probe in a network namespace of the test's own (nftables drops a connection's da
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import textwrap
 
 import pytest
 
+from conftest import needs_root
 from pcnlab.workloads.tcpsense import HOST_COUNTERS, HostTcpCounters, parse_proc_counters
 
 NETSTAT = """TcpExt: SyncookiesSent TCPLossProbes TCPTimeouts TCPLossProbeRecovery
@@ -61,6 +63,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@needs_root
 @pytest.mark.skipif(shutil.which("nft") is None or shutil.which("unshare") is None, reason="needs nft and unshare")
 def test_a_lost_tail_is_counted_as_a_loss_probe_then_timeouts_in_its_namespace():
     try:
@@ -71,7 +74,7 @@ def test_a_lost_tail_is_counted_as_a_loss_probe_then_timeouts_in_its_namespace()
     if out.returncode != 0 and "Operation not permitted" in out.stderr:
         pytest.skip("needs root (a network namespace of its own)")
     assert out.returncode == 0, out.stderr[-2000:]
-    moved = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    moved = json.loads(out.stdout.strip().splitlines()[-1])
     # One probe ~2 RTTs after the loss, then timeouts from 200 ms, doubling: 200 + 400 ms within the second.
     assert moved["tcp_loss_probes"] >= 1 and moved["tcp_timeouts"] >= 2, moved
     assert moved["tcp_retrans_segs"] >= moved["tcp_timeouts"], moved
