@@ -66,6 +66,20 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         meta.window_open = (bit<1>)(jobs > 0 && std.egress_global_timestamp - last < (time_us_t)hold_us);
     }
 
+    /* pcn-host: the announcements queued at this port after this packet left (an action: atomic against
+     * ingress's count in, state.p4): one fewer if it is one, none if it left the queue empty and no
+     * announcement came in after it did. */
+    action announcements_left(bit<1> emptied) {
+        bit<32> port = (bit<32>)std.egress_port;
+        bit<16> queued;
+        queued_announcements.read(queued, port);
+        time_us_t latest;
+        announcement_in_us.read(latest, port);
+        bit<16> leaving = queued > 0 ? (bit<16>)meta.announcement : 16w0;
+        bool none = emptied == 1 && latest < std.ingress_global_timestamp;
+        queued_announcements.write(port, none ? 16w0 : queued - leaving);
+    }
+
     table port_mode {
         key = { std.egress_port: exact @name("port"); }
         actions = { mode_droptail; mode_ecn; mode_pcn; mode_pcn_host; }
@@ -142,15 +156,8 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
             tx_port_class.count(slot);
         }
         port_queue_left.write((bit<32>)std.egress_port, (bit<32>)std.deq_qdepth);
-        if (meta.announcement == 1 || std.deq_qdepth == 0) {  /* one out, or none left */
-            bit<16> queued;
-            queued_announcements.read(queued, (bit<32>)std.egress_port);
-            if (std.deq_qdepth == 0 || queued == 0) {
-                queued = 0;
-            } else {
-                queued = queued - 1;
-            }
-            queued_announcements.write((bit<32>)std.egress_port, queued);
+        if (meta.announcement == 1 || std.deq_qdepth == 0) {
+            announcements_left((bit<1>)(std.deq_qdepth == 0));
         }
 
         sample.apply(hdr, meta, std, flags);

@@ -14,9 +14,13 @@ register<time_us_t>(MAX_PORTS) last_announcement_us;
 
 /* pcn-host: announcements (PCN-START) waiting in each port's queue. BMv2 counts its queue in packets, so
  * a 115-byte announcement weighs as much against K_pre as a full-size packet; a port told to discount
- * them marks at the depth without them. Ingress counts one in, egress one out; an empty queue resets the
- * count, so a lost update (ingress and egress race on it) lasts until the queue next empties. */
+ * them marks at the depth without them. Ingress counts one in, egress one out, each in an action of its
+ * own (BMv2 runs an action under the locks of the registers it uses). A packet that leaves the queue
+ * empty resets the count, unless an announcement came in after it: the reset is written in egress,
+ * after announcements that arrived meanwhile were counted (measured: a reset by the announcement that
+ * met an empty queue wiped the three behind it, and a test of the count failed 3 times in 14). */
 register<bit<16>>(MAX_PORTS) queued_announcements;
+register<time_us_t>(MAX_PORTS) announcement_in_us;   /* when the latest one came in */
 
 /* The end of a burst: the DDL job whose data last went to each port, its G, and whether the silence after
  * it was reported. Background packets to the port carry the clock: the first one G after the job's last
