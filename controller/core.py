@@ -35,6 +35,7 @@ class WindowScheduler:
         self._pending: dict[BurstKey, Prediction] = {}  # confident forecasts awaiting their burst
         self._issued: dict[BurstKey, Prediction] = {}   # the latest forecast planned for each key
         self._segments: dict[BurstKey, IterationSegmenter] = {}
+        self._recent: dict[BurstKey, deque[BurstReport]] = {}  # each key's reports in its segmenter's history
 
     def on_report(self, report: BurstReport) -> tuple[Observation, list[WindowChange]]:
         """A burst report: an iteration start teaches the models and plans the windows it predicts (its
@@ -42,8 +43,15 @@ class WindowScheduler:
         iteration, reported again after a gap TCP left) changes nothing."""
         key, t = report.key, report.t_us
         segmenter = self._segments.setdefault(key, IterationSegmenter())
+        recent = self._recent.setdefault(key, deque(maxlen=segmenter.config.history + 1))
+        recent.append(report)
+        had_split = segmenter.threshold_us is not None
+        starts = segmenter.starts_iteration(t, report.idle_us)
         rhythm = self.bank.forecast(key, t)
-        if not segmenter.starts_iteration(t, report.idle_us):
+        if not had_split and segmenter.threshold_us is not None and not (rhythm and rhythm.confident):
+            self._relearn(key, segmenter.starts_us(), t)
+            rhythm = self.bank.forecast(key, t)
+        if not starts:
             # A short gap, but right where a confident rhythm expects its next start: a start after all
             # (back to back, the last flight of one iteration can come just before the next begins).
             in_slot = (rhythm is not None and rhythm.confident
@@ -70,6 +78,17 @@ class WindowScheduler:
         observation = replace(observation, prediction=prediction, model=model, forecasts=forecasts,
                               **self._judged(issued, t))
         return observation, changes + self.planner.expire(report.switch, t)
+
+    def _relearn(self, key: BurstKey, starts_us: list[int], now_us: int) -> None:
+        """A split formed: the reports before it were all taken for starts, sub-bursts too, and the
+        key's rhythm learned a period of a flight's length from them (measured: pcn-paper with G learned,
+        split formed at iteration 3, period 1.79 s of 2 s at iteration 4, confident from iteration 8
+        only, where a configured G armed from iteration 3). Unless the rhythm predicts confidently, it
+        learns again from the starts the split finds among them, as if it had held from the first. A
+        confident rhythm is kept: its reports were starts (measured: pcn-back-to-back at G 40 ms, whose
+        first split took one of four 600 ms iterations, 77 ms after the one before, for a sub-burst)."""
+        wanted = set(starts_us)
+        self.bank.relearn(key, [r for r in self._recent[key] if r.t_us in wanted and r.t_us < now_us])
 
     def on_end(self, key: BurstKey, end_us: int, now_us: int) -> tuple[tuple[Prediction, ...], list[WindowChange]]:
         """The switch saw `key`'s burst end at `end_us` (reported at `now_us`): a cause of the key's next
@@ -140,7 +159,7 @@ class WindowScheduler:
         self.bank.forget_switch(switch)
         self.planner.forget_switch(switch)
         self.chains.forget_switch(switch)
-        for store in (self._segments, self._pending, self._issued):
+        for store in (self._segments, self._pending, self._issued, self._recent):
             for key in [k for k in store if k.switch == switch]:
                 del store[key]
 

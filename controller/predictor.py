@@ -339,6 +339,12 @@ class PredictorBank:
         prediction = self.record(report).prediction
         return prediction if prediction is not None and prediction.confident else None
 
+    def relearn(self, key: BurstKey, reports: Iterable[BurstReport]) -> None:
+        """Forget what the key learned and learn it again from these reports (its iteration starts)."""
+        self.predictors.pop(key, None)
+        for report in reports:
+            self.record(report)
+
     def forecast(self, key: BurstKey, now_us: int) -> Prediction | None:
         predictor = self.predictors.get(key)
         return predictor.forecast(now_us) if predictor is not None else None

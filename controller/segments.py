@@ -80,6 +80,8 @@ class IterationSegmenter:
     def __init__(self, config: SegmenterConfig | None = None):
         self.config = config or SegmenterConfig()
         self._gaps: deque[int] = deque(maxlen=self.config.history)
+        self._times: deque[int] = deque(maxlen=self.config.history)  # the report behind each gap
+        self._first: int | None = None   # the first report since the history began: a start
         self._last: int | None = None
         self._silences = False
         self.threshold_us: float | None = None
@@ -90,18 +92,34 @@ class IterationSegmenter:
         last, self._last = self._last, t_us
         if last is None or t_us <= last:  # the first report, or the switch restarted
             self._gaps.clear()
+            self._times.clear()
+            self._first = t_us
             return True
         self._silences = idle_us is not None
         gap = idle_us if self._silences else t_us - last
+        if len(self._times) == self._times.maxlen:
+            self._first = None   # the oldest report leaves the history: the first no longer leads it
         self._gaps.append(gap)
+        self._times.append(t_us)
         self.threshold_us = self._split()
         if self.threshold_us is not None and self._stale(self.threshold_us):
             recent = self._runs(self.threshold_us)[-1]
             self._gaps = deque(list(self._gaps)[-recent:], maxlen=self.config.history)
+            self._times = deque(list(self._times)[-recent:], maxlen=self.config.history)
+            self._first = None
             self.threshold_us = self._split()
         if self.threshold_us is not None and not any(self._runs(self.threshold_us)[1:-1]):
             self.threshold_us = None   # no short gap between two long ones yet: nothing shows sub-bursts
         return self.threshold_us is None or gap > self.threshold_us
+
+    def starts_us(self) -> list[int]:
+        """The reports in the history (the latest included) that the split in force takes for iteration
+        starts, oldest first: every one while there is none. When a split first forms, the reports
+        before it were all taken for starts; these are the ones that were."""
+        first = [] if self._first is None else [self._first]
+        if self.threshold_us is None:
+            return first + list(self._times)
+        return first + [t for t, g in zip(self._times, self._gaps) if g > self.threshold_us]
 
     def _split(self) -> float | None:
         cfg = self.config

@@ -36,6 +36,17 @@ def test_segmenter_finds_every_iteration_start_after_a_few():
     assert all(verdicts[t] == (t in set(starts)) for t in later)
 
 
+def test_the_starts_in_the_history_are_the_ones_the_split_in_force_finds():
+    rng = random.Random(4)
+    starts = lattice(rng, 8, 500_000, 0.02)
+    times = with_sub_bursts(rng, starts, flights=(3, 5))
+    segmenter = IterationSegmenter()
+    for t in times:
+        segmenter.starts_iteration(t)
+    assert segmenter.threshold_us is not None
+    assert segmenter.starts_us() == starts   # the first report among them, though it has no gap
+
+
 def test_without_sub_bursts_every_report_starts_an_iteration_and_a_restart_resets():
     segmenter = IterationSegmenter()
     assert all(segmenter.starts_iteration(T0 + k * 100_000) for k in range(30))

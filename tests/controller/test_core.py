@@ -1,0 +1,57 @@
+"""The scheduler core (core.py): what it does when the segmenter's split first forms."""
+
+from __future__ import annotations
+
+import random
+
+from burst_traces import T0, lattice
+from pcnlab.controller.bursts import BurstKey, BurstReport
+from pcnlab.controller.core import WindowScheduler, replay
+
+WRITE_US = 5_000
+
+
+def generator_reports(rng: random.Random, n: int, period_us: int, flights: int) -> list[BurstReport]:
+    """A clock-driven job whose G is learned: the switch reports every flight after 10 ms of silence, so
+    each iteration is one start (silent most of a period before it) and `flights` sub-bursts 10-20 ms
+    apart, as pcn-paper's PS port with G learned (about 30 reports per 2 s iteration)."""
+    out, end = [], None
+    for start in lattice(rng, n, period_us, 0.01):
+        t = start
+        out.append(BurstReport("s1", 1, 1, t, 20, t - T0 + 1_000_000 if end is None else t - end))
+        for _ in range(flights):
+            idle = rng.randint(10_500, 20_000)
+            t += idle + rng.randint(1_000, 5_000)
+            out.append(BurstReport("s1", 1, 1, t, 20, idle))
+        end = t + 3_000
+    return out
+
+
+def test_the_rhythm_learns_again_from_the_starts_once_the_split_forms():
+    # Measured on pcn-paper with G learned (2026-11-25): the split formed at iteration 3, but the rhythm had
+    # learned from every flight before it: period 1.79 s of 2 s at iteration 4, confident from iteration 8,
+    # where a configured G armed from iteration 3.
+    rng = random.Random(7)
+    trace = generator_reports(rng, 16, 2_000_000, 25)
+    core = WindowScheduler()
+    result = replay(trace, core, write_latency_us=WRITE_US)
+    key = BurstKey("s1", 1, 1)
+    iterations = [s for s in result.steps if s.observation.report.idle_us > 1_000_000]
+    formed = next(k for k, s in enumerate(iterations) if s.observation.kind == "match" and
+                  all(o.observation.kind == "sub-burst" for o in result.steps if o.observation.report.t_us
+                      - s.observation.report.t_us in range(1, 1_000_000)))
+    assert formed <= 5   # from then on, every flight is a sub-burst
+    covered = "".join("x" if s.covered else "." for s in iterations)
+    assert covered[formed + 1:] == "x" * (len(iterations) - formed - 1), (formed, covered)
+    assert abs(core.bank.predictors[key].period_us - 2_000_000) < 20_000
+
+
+def test_a_confident_rhythm_is_kept_when_the_split_forms():
+    # pcn-back-to-back at G 40 ms: the first split took one of four iterations, 77 ms after the one before,
+    # for a sub-burst; the rhythm that predicted them all stays as it is.
+    rng = random.Random(2)
+    idles = [200_000, 230_000, 76_000, 194_000, 287_000] + [rng.randint(150_000, 300_000) for _ in range(25)]
+    trace = [BurstReport("s1", 1, 1, T0 + k * 600_000, 20, idle) for k, idle in enumerate(idles)]
+    core = WindowScheduler()
+    result = replay(trace, core, write_latency_us=WRITE_US)
+    assert all(s.covered for s in result.steps[4:])
