@@ -3,10 +3,11 @@
 The standing queue a burst would meet is what iteration starts met when no window was open for them
 (uncovered). The first lead drains it at the port's rate and gives the background one RTT under that
 queue to hear the marks: 2 x queue / rate + the base RTT. The leads tried are a ladder around it
-(ratio x apart, from one step below to `steps` above, never beyond max_share x the period), and the
-switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
+(ratio x apart, from `below` steps below to `steps` above, never beyond max_share x the period), and
+the switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
 `tries` times in turn (the first lead, then the one below and two above it, then longer ones while
-the longest tried is the best); until a covered start has been judged, the ladder follows the
+the longest tried is the best, shorter ones while the shortest tried is); until a covered start has
+been judged, the ladder follows the
 standing queue; then the lead whose recent starts met the least is used, the shortest of
 those within `tolerance` packets of the least, and every `refresh`-th covered start tries a neighbour
 of it again, so the choice follows a port whose traffic changes.
@@ -35,7 +36,11 @@ class LeadConfig:
     k_pre: int = K_PRE
     rtt_us: int = 1000            # the base RTT (no queue) of the background senders
     ratio: float = 1.5            # between neighbouring leads of the ladder
-    steps: int = 4                # leads above the first (one more below it)
+    steps: int = 4                # leads above the first
+    below: int = 3                # leads below it (tried only while the shortest tried is the best:
+                                  # pcn-training-resnet's windows, which open the chain's reach, about
+                                  # 15 ms, before the lead, met least at the one below the first, the
+                                  # shortest there was: 5.6-6.3 packets against 6.7-8.1 at the first)
     tries: int = 3                # covered starts per lead before choosing
     recent: int = 8               # a lead's last starts behind its score
     tolerance: float = 0.5        # packets: a shorter lead within this of the best is preferred
@@ -65,6 +70,7 @@ class LeadTracker:
         self._covered = 0
         self._upper = math.inf                      # max_share x the period, as of the last plan
         self.lead_us: int | None = None             # the lead to plan with next
+        self._first = 0                             # the ladder's first lead (from the standing queue)
 
     @property
     def standing_pkts(self) -> int | None:
@@ -89,7 +95,8 @@ class LeadTracker:
                 first = max(cfg.min_lead_us, initial_lead_us(self.standing_pkts, self.rate_pps, cfg.rtt_us))
                 # Distinct rungs: min_lead_us (the guard) may flatten the short end.
                 self.ladder = tuple(sorted({max(cfg.min_lead_us, round(first * cfg.ratio ** k))
-                                            for k in range(-1, cfg.steps + 1)}))
+                                            for k in range(-cfg.below, cfg.steps + 1)}))
+                self._first = self._rung(first)
                 self._met = {lead: deque(maxlen=cfg.recent) for lead in self.ladder}
                 self.lead_us = self._rung(first)
             return
@@ -121,15 +128,17 @@ class LeadTracker:
         # tried is the best so far (the queue falls to a trough and rises again: a run has 75-150 starts,
         # and each lead tried costs `tries` of them; three tries of each are noisy, so the climb does not
         # stop at the first step that looked no better: pcn-training stayed at 9-14 ms, 10 packets, for
-        # 40 starts where 32 ms met 5.8).
-        for i, rung in enumerate(ladder):
-            if rung in scores:
-                continue
-            below = ladder[i - 1] if i else None
-            if i <= 3 or (below in scores and scores[below] <= min(scores.values())):
+        # 40 starts where 32 ms met 5.8), and a shorter one only while the shortest tried is the best.
+        first = min(range(len(ladder)), key=lambda i: abs(math.log(ladder[i] / max(self._first, 1))))
+        for rung in ladder[max(first - 1, 0):first + 3]:
+            if rung not in scores:
                 return rung
-            break
         best = min(scores.values())
+        shortest, longest = ladder.index(tried[0]), ladder.index(tried[-1])
+        if scores[tried[-1]] <= best and longest + 1 < len(ladder):
+            return ladder[longest + 1]
+        if scores[tried[0]] <= best and shortest > 0:
+            return ladder[shortest - 1]
         chosen = next(rung for rung in tried if scores[rung] <= best + cfg.tolerance)
         if self._covered % cfg.refresh or len(tried) == 1:
             return chosen
