@@ -43,8 +43,9 @@ class ChainConfig:
     lags: int = 12              # recent lags per (target, cause) behind the median
     errors: int = 12            # recent errors per model behind the choice and the window's reach
     min_errors: int = 2         # a model with fewer scored starts cannot be chosen over the rhythm (3 left
-                                # pcn-training-resnet's iteration 3 uncovered at 19-28 packets, replayed:
-                                # 2 covers it in every PS run and the ring's, and no generator start less)
+                                # pcn-training-resnet's iteration 3 uncovered at 19-28 packets; replayed,
+                                # 2 covers it in every PS run and the ring's, and one generator run's
+                                # warm-up start less: pcn-predict at 200 ms jitter)
     min_lag_us: int = 2000      # a cause closer to the start than this gives no notice: not a cause,
     min_lag_share: float = 0.25  # nor one closer than this x the target's period (a window must fit: a
                                 # ring neighbour starting 5 ms before is steady but gives no notice),

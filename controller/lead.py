@@ -7,10 +7,9 @@ queue to hear the marks: 2 x queue / rate + the base RTT. The leads tried are a 
 the switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
 `tries` times in turn (the first lead, then the one below and two above it, then longer ones while
 the longest tried is the best, shorter ones while the shortest tried is); until a covered start has
-been judged, the ladder follows the
-standing queue; then the lead whose recent starts met the least is used, the shortest of
-those within `tolerance` packets of the least, and every `refresh`-th covered start tries a neighbour
-of it again, so the choice follows a port whose traffic changes.
+been judged, the ladder follows the standing queue; then the lead whose recent starts met the least
+is used, the shortest of those within `tolerance` packets of the least, and every `refresh`-th
+covered start tries a neighbour of it again, so the choice follows a port whose traffic changes.
 
 Why a choice and not a lead that grows while starts meet too much (the lead of commit 45342a3):
 the queue a window leaves is not monotone in how long it was open. The marks make the background
@@ -96,9 +95,8 @@ class LeadTracker:
                 # Distinct rungs: min_lead_us (the guard) may flatten the short end.
                 self.ladder = tuple(sorted({max(cfg.min_lead_us, round(first * cfg.ratio ** k))
                                             for k in range(-cfg.below, cfg.steps + 1)}))
-                self._first = self._rung(first)
+                self._first = self.lead_us = self._rung(first)
                 self._met = {lead: deque(maxlen=cfg.recent) for lead in self.ladder}
-                self.lead_us = self._rung(first)
             return
         if not self.ladder:
             return
