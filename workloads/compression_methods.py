@@ -7,7 +7,8 @@ import PyTorch.
 - int8: 8-bit quantisation (a float32 scale per chunk); sign: 1 bit per value (a scale per chunk);
 - adaptive: each worker picks one of those per iteration from what it senses of the network (netsense.py).
 
-Every method but none uses error feedback: what one iteration leaves out is added to the next.
+Every method but none uses error feedback (what one iteration leaves out is added to the next) unless
+the job sets `error_feedback: false`.
 """
 
 from __future__ import annotations

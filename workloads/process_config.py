@@ -58,6 +58,7 @@ class TrainConfig:
     ltp_theta_min: float = LTP_THETA_MIN
     compression: str = "none"        # compression.CHOICES: none | topk | randk | int8 | sign | adaptive (netsense.py)
     compression_ratio: float = 0.01  # topk, randk: the share of values kept
+    error_feedback: bool = True      # compressed gradients: add what one iteration left out to the next
     job: str = "job"
     host: str = ""
 

@@ -56,7 +56,8 @@ class JobSpec:
     pcn_lead_us: float = 0.0         # 0: two smoothed RTTs (announce.default_lead_us)
     # PyTorch jobs: gradient compression (compression_methods.py; adaptive: netsense.py)
     compression: str = "none"
-    compression_ratio: float = DEFAULT_RATIO   # topk, randk: the share of values kept
+    compression_ratio: float = DEFAULT_RATIO
+    error_feedback: bool = True      # compressed gradients carry what they leave out to the next iteration   # topk, randk: the share of values kept
     # transport
     cc: str | None = None            # burst: per socket; torch jobs: the hosts' default (sysctl)
     ecn: bool | None = None          # per host (network namespace); None: leave the host as it is

@@ -53,6 +53,14 @@ def test_compression_reaches_the_job_spec_and_round_trips(tmp_path):
     assert RunConfig.from_dict(run.to_dict()) == run
 
 
+def test_error_feedback_reaches_the_job_spec_and_round_trips(tmp_path):
+    run = load(tmp_path, job="    compression: topk\n    compression_ratio: 0.001\n    error_feedback: false").runs()[0]
+    assert run.jobs[0].error_feedback is False
+    assert JobSpec(**run.jobs[0].job_spec_kwargs()).error_feedback is False
+    assert RunConfig.from_dict(run.to_dict()) == run and run.to_dict()["jobs"][0]["error_feedback"] is False
+    assert load(tmp_path, job="    compression: topk").runs()[0].jobs[0].error_feedback is True
+
+
 def test_defaults_are_no_compression(tmp_path):
     job = load(tmp_path, job="").runs()[0].jobs[0]
     assert job.compression == "none" and JobSpec(**job.job_spec_kwargs()).compression == "none"
@@ -82,6 +90,10 @@ def test_schedule_entries_can_be_swept(tmp_path):
      "t.yaml:9: jobs.0.compression_ratio: must be above 0, got 0"),
     ("    compression: topk\n    compression_ratio: 1.5", SCHEDULE, "ps", "bmv2",
      "jobs.0.compression_ratio: must be at most 1, got 1.5"),
+    ("    compression: topk\n    error_feedback: maybe", SCHEDULE, "ps", "bmv2",
+     "t.yaml:9: jobs.0.error_feedback: expected true or false"),
+    ("    error_feedback: false", SCHEDULE, "generator", "bmv2",
+     "t.yaml:8: jobs.0.error_feedback: applies to ps and ring jobs, not to a generator job; remove it"),
     ("    compression: adaptive", SCHEDULE, "generator", "bmv2",
      "t.yaml:8: jobs.0.compression: applies to ps and ring jobs, not to a generator job; remove it"),
     ("", "  - {at_s: 5, link: s1-h9, bw: 2}", "ps", "bmv2", "t.yaml:13: schedule.0.link: s1 has no link to 'h9'"),

@@ -174,3 +174,31 @@ def test_good_settings_pass():
         for method in ("none", "topk", "randk", "int8", "sign", "adaptive"):
             check_compression(method, 0.01, kind)
     check_compression("none", None, "generator")
+
+
+@pytest.mark.parametrize("codec", [Codec("topk", 0.01), Codec("topk", 0.001)])
+def test_without_error_feedback_what_a_payload_leaves_out_is_lost(codec):
+    """error_feedback: false (NetSenseML's fixed top-k baselines): every payload is the codec of that
+    iteration's gradient alone, and no residual carries the rest into the next."""
+    ef = ErrorFeedback(N, enabled=False)
+    gen = torch.Generator().manual_seed(3)
+    lost = torch.zeros(N, dtype=torch.float64)
+    for step in range(5):
+        g = gradient(seed=step)
+        payload, sent = ef.compress(g, codec, gen)
+        assert torch.equal(payload, codec.encode(g)) and torch.equal(sent, codec.decode(payload, N))
+        assert torch.count_nonzero(ef.residual) == 0
+        lost += (g - sent).double()
+    assert float(lost.abs().sum()) > 0.5 * float(sum(gradient(seed=s).abs().sum() for s in range(5)))
+
+
+def test_a_worker_without_error_feedback_keeps_no_residual_per_shard():
+    grads = [gradient(seed=1), gradient(n=500, seed=2)]
+    ladder = (Codec("topk", 0.005),)
+    with_ef, without = WorkerSync(ladder, [N, 500]), WorkerSync(ladder, [N, 500], error_feedback=False)
+    for _ in range(2):
+        with_ef.encode(grads, 0)
+        sent = without.encode(grads, 0)
+    assert all(torch.count_nonzero(f.residual) > 0 for f in with_ef.feedback)
+    assert all(torch.count_nonzero(f.residual) == 0 for f in without.feedback)
+    assert all(torch.equal(unpack(m)[1], ladder[0].encode(g)) for m, g in zip(sent, grads))
