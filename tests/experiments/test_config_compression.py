@@ -127,3 +127,18 @@ def test_shipped_compression_experiments_load(name):
     assert {"none", "int8"} <= methods
     if name == "netsense":
         assert all(r.schedule and r.schedule[0].link == ("s1", "h1") for r in exp.runs())
+
+
+def test_netsense_competing_sweeps_the_papers_baselines_under_competing_flows():
+    runs = load_experiment(EXPERIMENTS / "netsense-competing.yaml").runs()
+    assert [(r.jobs[0].compression, r.jobs[0].compression_ratio, r.jobs[0].error_feedback) for r in runs] == [
+        ("none", 0.01, True), ("topk", 0.01, False), ("topk", 0.001, False), ("topk", 0.005, True),
+        ("adaptive", 0.01, True)]
+    run = runs[0]
+    assert run.jobs[0].model == "digits-cnn" and 20 <= run.jobs[0].compute_ms <= 50
+    starts = [c for c in run.schedule if c.start]
+    assert len(starts) >= 2 and all(8 <= len(c.start) <= 16 for c in starts)
+    assert {f.cc for f in run.background} == {"cubic"} and {f.dst for f in run.background} == {"h1"}
+    drops = [c.bw for c in run.schedule if c.link == ("s1", "h1")]
+    fast = run.topology.params["bw"]
+    assert sum(10 <= fast / bw <= 25 for bw in drops) >= 2 and drops[-1] == fast
