@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pcnlab.analysis.compression_report import KNEE_TOLERANCE, knees, netsense_table, scaling_table, time_to_accuracy
+from pcnlab.analysis.compression_report import (KNEE_TOLERANCE, accuracy_at, equal_times, knees, netsense_markdown,
+                                                netsense_table, scaling_table, schedule_phases, time_to_accuracy)
 
 
 def test_time_to_accuracy_is_the_first_evaluation_at_or_above_the_target():
@@ -49,3 +50,35 @@ def test_netsense_table_averages_a_point_and_counts_runs_that_reached_the_target
     row, = table
     assert (row["runs"], row["reached"], row["time_to_target_s"], row["iterations_per_s"]) == (2, 1, 10.0, 3.0)
     assert row["phase_names"] == ["50 Mbit/s"] and row["phases_iterations_per_s"] == [4.0]
+
+
+def test_phases_cut_at_rate_changes_and_at_competing_flows():
+    """A flow group starts flow by flow within a moment: one cut, labelled with every flow running."""
+    s = 1e9
+    ev = pd.DataFrame([
+        {"type": "schedule", "action": "start", "host_ns": 5 * s, "at_s": 5.0, "flow": "a-1"},
+        {"type": "schedule", "action": "start", "host_ns": 5.3 * s, "at_s": 5.0, "flow": "a-2"},
+        {"type": "schedule", "action": "stop", "host_ns": 13 * s, "at_s": 13.0, "flow": "a-1"},
+        {"type": "schedule", "action": "stop", "host_ns": 13.1 * s, "at_s": 13.0, "flow": "a-2"},
+        {"type": "other", "action": None, "host_ns": 15 * s, "at_s": None, "flow": None},
+        {"type": "schedule", "action": "rate", "host_ns": 18 * s, "at_s": 18.0, "mbps": 2.5},
+        {"type": "schedule", "action": "rate", "host_ns": 99 * s, "at_s": 99.0, "mbps": 40.0}])   # after the end
+    assert schedule_phases(ev, 0.0, 30 * s, 40) == [
+        ("40 Mbit/s @0s", 0.0, 5 * s), ("40 Mbit/s + 2 flows @5s", 5 * s, 13 * s), ("40 Mbit/s @13s", 13 * s, 18 * s),
+        ("2.5 Mbit/s @18s", 18 * s, 30 * s)]
+    assert schedule_phases(pd.DataFrame(), 0.0, 30 * s, 40) == [("40 Mbit/s @0s", 0.0, 30 * s)]
+
+
+def test_accuracy_at_equal_time_is_the_model_each_run_had_then():
+    curve = [[1.0, 0.5], [2.0, 0.8], [3.0, 0.9]]
+    assert accuracy_at(curve, 0.5) is None and accuracy_at(curve, 2.5) == 0.8 and accuracy_at(curve, 30) == 0.9
+    base = {"iterations_per_s": 1.0, "accuracy_final": 0.9, "payload_bytes": 1.0, "tcp_bytes": 1.0,
+            "switch_bytes": 1.0, "codecs": {}, "phases": []}
+    rows = [{**base, "point": "a", "time_to_target_s": 2.0, "curve": curve},
+            {**base, "point": "a", "time_to_target_s": 3.0, "curve": [[1.0, 0.6], [2.0, 0.9], [3.0, 0.95]]},
+            {**base, "point": "b", "time_to_target_s": None, "curve": [[1.5, 0.7], [2.5, 0.75]]}]
+    assert equal_times(rows, netsense_table(rows)) == [2.5]        # a's mean 2.5 s; every run covers 2.5 s
+    a, b = netsense_table(rows, [2.5])
+    assert a["accuracy_at"] == [pytest.approx(0.85)] and b["accuracy_at"] == [0.75] and a["at_s"] == [2.5]
+    text = netsense_markdown([a, b], 0.9)
+    assert "| accuracy at 2.5 s |" in text and "| 85.0% |" in text and "| 75.0% |" in text
