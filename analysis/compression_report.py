@@ -83,7 +83,7 @@ def equal_times(rows: list[dict], table: list[dict]) -> list[float]:
     evaluation)."""
     reached = [p["time_to_target_s"] for p in table if p.get("time_to_target_s") is not None]
     ends = [r["curve"][-1][0] for r in rows if r.get("curve")]
-    return sorted({round(t, 1) for t in ([min(reached)] if reached else []) + ([min(ends)] if ends else [])})
+    return sorted(set(([min(reached)] if reached else []) + ([min(ends)] if ends else [])))
 
 
 def phases(run: RunData) -> list[tuple[str, float, float]]:
@@ -214,13 +214,13 @@ def netsense_table(rows: list[dict], at_s: list[float] = ()) -> list[dict]:
     out = []
     for point in dict.fromkeys(r["point"] for r in rows):
         mine = [r for r in rows if r["point"] == point]
-        phase_names = [p["phase"] for p in mine[0].get("phases", [])]
+        phase_names = list(dict.fromkeys(p["phase"] for r in mine for p in r.get("phases", [])))
         out.append({
             "point": point, "runs": len(mine), "reached": sum(r.get("time_to_target_s") is not None for r in mine),
             "time_to_target_s": _mean(r.get("time_to_target_s") for r in mine),
             "iterations_per_s": _mean(r.get("iterations_per_s") for r in mine),
-            "phases_iterations_per_s": [_mean(r["phases"][i]["iterations_per_s"] for r in mine
-                                              if len(r.get("phases", [])) > i) for i in range(len(phase_names))],
+            "phases_iterations_per_s": [_mean(p["iterations_per_s"] for r in mine for p in r.get("phases", [])
+                                              if p["phase"] == name) for name in phase_names],
             "phase_names": phase_names,
             "accuracy_final": _mean(r.get("accuracy_final") for r in mine),
             "at_s": list(at_s), "accuracy_at": [_mean(accuracy_at(r.get("curve"), t) for r in mine) for t in at_s],
@@ -232,9 +232,9 @@ def netsense_table(rows: list[dict], at_s: list[float] = ()) -> list[dict]:
 
 
 def netsense_markdown(table: list[dict], target: float) -> str:
-    phases_ = table[0]["phase_names"] if table else []
+    phases_ = list(dict.fromkeys(name for r in table for name in r["phase_names"]))   # a short run has fewer
     head = (["point", "time to " + f"{target:.0%}" + " (s)", "it/s"] + [f"it/s at {p}" for p in phases_]
-            + ["final accuracy"] + [f"accuracy at {t:g} s" for t in (table[0]["at_s"] if table else [])]
+            + ["final accuracy"] + [f"accuracy at {t:.1f} s" for t in (table[0]["at_s"] if table else [])]
             + ["bytes/it per worker (gloo)", "bytes/it per worker (TCP)",
                "switch DDL frame bytes/it (all)", "codecs used", "runs"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -243,7 +243,8 @@ def netsense_markdown(table: list[dict], target: float) -> str:
         ttt = f(r["time_to_target_s"], "{:.1f}") + ("" if r["reached"] == r["runs"] else f" ({r['reached']}/{r['runs']} reached)")
         codecs = ", ".join(f"{k} {v:.0%}" for k, v in sorted(r["codecs"].items(), key=lambda kv: -kv[1]))
         lines.append("| " + " | ".join([r["point"], ttt, f(r["iterations_per_s"], "{:.2f}")]
-                                       + [f(v, "{:.2f}") for v in r["phases_iterations_per_s"]]
+                                       + [f(dict(zip(r["phase_names"], r["phases_iterations_per_s"])).get(p), "{:.2f}")
+                                          for p in phases_]
                                        + [f(r["accuracy_final"], "{:.1%}")]
                                        + [f(v, "{:.1%}") for v in r["accuracy_at"]]
                                        + [f(r["payload_bytes"], "{:,.0f}"),

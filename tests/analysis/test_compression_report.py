@@ -82,3 +82,15 @@ def test_accuracy_at_equal_time_is_the_model_each_run_had_then():
     assert a["accuracy_at"] == [pytest.approx(0.85)] and b["accuracy_at"] == [0.75] and a["at_s"] == [2.5]
     text = netsense_markdown([a, b], 0.9)
     assert "| accuracy at 2.5 s |" in text and "| 85.0% |" in text and "| 75.0% |" in text
+
+
+def test_a_run_that_ended_early_leaves_the_later_phases_empty_not_shifted():
+    base = {"iterations_per_s": 1.0, "accuracy_final": 0.9, "payload_bytes": 1.0, "tcp_bytes": 1.0,
+            "switch_bytes": 1.0, "codecs": {}, "time_to_target_s": None, "curve": []}
+    long = {**base, "point": "long", "phases": [{"phase": "40 Mbit/s @0s", "iterations_per_s": 16.0},
+                                                {"phase": "2.5 Mbit/s @18s", "iterations_per_s": 2.0}]}
+    short = {**base, "point": "short", "phases": [{"phase": "40 Mbit/s @0s", "iterations_per_s": 28.0}]}
+    text = netsense_markdown(netsense_table([long, short]), 0.95)
+    head, _, row_long, row_short = text.splitlines()
+    assert "| it/s at 40 Mbit/s @0s | it/s at 2.5 Mbit/s @18s |" in head
+    assert "| 16.00 | 2.00 | 90.0% |" in row_long and "| 28.00 | - | 90.0% |" in row_short
