@@ -113,7 +113,8 @@ def main(argv=None) -> dict:
         its = {t: np.mean([r[f"{t:g}"] or args.iterations for r in mine]) for t in args.targets}
         eff = float(np.mean([base[t] / its[t] for t in args.targets]))
         result["efficiency"][name] = eff
-        print(f"{name:16s} " + " ".join(f"{its[t]:9.0f}" for t in args.targets)
+        missed = {t: any(r[f"{t:g}"] is None for r in mine) for t in args.targets}   # a seed never got there: >N
+        print(f"{name:16s} " + " ".join(f"{'>' if missed[t] else ' '}{its[t]:8.0f}" for t in args.targets)
               + f"  {np.mean([r['final'] for r in mine]):9.3f}  {eff:10.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"compression_efficiency{'-baselines' if args.baselines else ''}-{args.model}.json" \
