@@ -55,12 +55,15 @@ def plot_netsense(rows: list[dict], target: float, out: Path) -> Path:
     for r in rows:
         t, acc = zip(*r["curve"]) if r.get("curve") else ((), ())
         first = r is next(x for x in rows if x["point"] == r["point"])
-        ax.plot(t, acc, color=colours[r["point"]], lw=1.2, alpha=0.85, label=r["point"] if first else None)
-    shaded = rows[0].get("phases", [])[1:] if rows else []
-    for phase in shaded:
-        if phase["phase"] != rows[0]["phases"][0]["phase"]:
+        name = r["point"].split("=", 1)[-1] if "," not in r["point"] else r["point"]   # one sweep key: its value
+        ax.plot(t, acc, color=colours[r["point"]], lw=1.2, alpha=0.85, label=name if first else None)
+    longest = max(rows, key=lambda r: len(r.get("phases", [])))["phases"] if rows else []
+    state = lambda phase: phase["phase"].rsplit(" @", 1)[0]   # noqa: E731  (the label without its time)
+    for phase in longest[1:]:
+        if state(phase) != state(longest[0]):
             ax.axvspan(phase["from_s"], phase["from_s"] + phase["seconds"], color="grey", alpha=0.15, lw=0)
-            ax.text(phase["from_s"] + 0.5, 0.52, phase["phase"], fontsize=8, color="dimgrey")
+            ax.text(phase["from_s"] + 0.3, 0.52, state(phase), fontsize=7, color="dimgrey", rotation=90,
+                    va="bottom")
     ax.axhline(target, color="black", lw=0.8, ls="--")
     ax.set_xlabel("seconds since the job started")
     ax.set_ylabel("held-out accuracy (digits)")
