@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from pcnlab.workloads.compression import Codec, unpack
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK
 from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.models import Task, build_model, compute_gradients, evaluate
 from pcnlab.workloads.netsense import LADDER
@@ -41,7 +42,8 @@ BASELINES = (("none", Codec("none"), True), ("topk-0.01 no-ef", Codec("topk", 0.
 
 
 def train(codec: Codec, workers: int, seed: int, iterations: int, lr: float, batch: int, every: int,
-          model_name: str = "digits-mlp", error_feedback: bool = True) -> list[tuple[int, float]]:
+          model_name: str = "digits-mlp",
+          error_feedback: bool = DEFAULT_ERROR_FEEDBACK) -> list[tuple[int, float]]:
     """(iteration, held-out accuracy) every `every` iterations of a PS job whose every message uses `codec`."""
     ladder = (codec,)
     server = build_model(model_name, seed)

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads.compression_methods import METHODS, SPARSE
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, METHODS, SPARSE
 
 CHUNK = 1024                 # values per scale (int8, sign)
 HEADER_BYTES = 8             # level, payload bytes: two little-endian int32
@@ -155,7 +155,7 @@ class ErrorFeedback:
     """One stream's residual: what earlier payloads left out, added to the next input. `enabled=False`:
     no residual (what a payload leaves out is lost), the baselines NetSenseML compares with."""
 
-    def __init__(self, n: int, enabled: bool = True):
+    def __init__(self, n: int, enabled: bool = DEFAULT_ERROR_FEEDBACK):
         self.enabled = enabled
         self.residual = torch.zeros(n, dtype=torch.float32)
 

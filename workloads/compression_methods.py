@@ -20,6 +20,7 @@ ADAPTIVE = "adaptive"
 CHOICES = METHODS + (ADAPTIVE,)
 SPARSE = ("topk", "randk")
 DEFAULT_RATIO = 0.01
+DEFAULT_ERROR_FEEDBACK = True   # compressed gradients carry what they leave out to the next iteration
 COMPRESSIBLE_KINDS = ("ps", "ring")   # job kinds with gradients to compress (not the burst generator)
 
 

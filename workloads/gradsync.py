@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from pcnlab.workloads.compression import HEADER_BYTES, Codec, ErrorFeedback, capacity, pack, unpack
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK
 
 TAG_STRIDE = 2
 
@@ -46,7 +47,7 @@ class WorkerSync:
     x_hat of their parameters."""
 
     def __init__(self, ladder: tuple[Codec, ...], shard_sizes: list[int], seed: int = 0, rank: int = 0,
-                 error_feedback: bool = True):
+                 error_feedback: bool = DEFAULT_ERROR_FEEDBACK):
         self.ladder = ladder
         self.sizes = list(shard_sizes)
         self.feedback = [ErrorFeedback(n, error_feedback) for n in self.sizes]
@@ -130,7 +131,7 @@ class RingSync:
     """A ring rank's side: error feedback on its whole flat gradient; the average of everyone's."""
 
     def __init__(self, ladder: tuple[Codec, ...], size: int, world: int, seed: int = 0, rank: int = 0,
-                 error_feedback: bool = True):
+                 error_feedback: bool = DEFAULT_ERROR_FEEDBACK):
         self.ladder = ladder
         self.size = size
         self.world = world

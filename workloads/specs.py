@@ -12,7 +12,7 @@ from typing import Sequence
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
-from pcnlab.workloads.compression_methods import DEFAULT_RATIO, check_compression
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO, check_compression
 from pcnlab.workloads.process_config import BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRANSPORTS
 from pcnlab.workloads.containers import ContainerSpec
 
@@ -56,8 +56,8 @@ class JobSpec:
     pcn_lead_us: float = 0.0         # 0: two smoothed RTTs (announce.default_lead_us)
     # PyTorch jobs: gradient compression (compression_methods.py; adaptive: netsense.py)
     compression: str = "none"
-    compression_ratio: float = DEFAULT_RATIO
-    error_feedback: bool = True      # compressed gradients carry what they leave out to the next iteration   # topk, randk: the share of values kept
+    compression_ratio: float = DEFAULT_RATIO          # topk, randk: the share of values kept
+    error_feedback: bool = DEFAULT_ERROR_FEEDBACK     # what a payload leaves out goes into the next iteration
     # transport
     cc: str | None = None            # burst: per socket; torch jobs: the hosts' default (sysctl)
     ecn: bool | None = None          # per host (network namespace); None: leave the host as it is

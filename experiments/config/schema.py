@@ -25,7 +25,7 @@ from pcnlab.topologies.network import HOST_QUEUES, SWITCH_KINDS
 from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
 from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS
-from pcnlab.workloads.compression_methods import DEFAULT_RATIO
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
 from pcnlab.workloads.process_config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
                                      TRANSPORTS)
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
@@ -263,9 +263,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "(workloads/netsense.py)", choices=COMPRESSIONS, applies=TRAIN_KINDS, what="compression method"),
         Key("compression_ratio", "number", DEFAULT_RATIO, "topk, randk: the share of each gradient's values sent",
             above=0, max=1, applies=TRAIN_KINDS),
-        Key("error_feedback", "bool", True, "compressed gradients: what one iteration's payload leaves out is "
-            "added to the next (false: it is lost, as in NetSenseML's fixed top-k baselines); the PS's compressed "
-            "reply always sends the change since what the workers hold", applies=TRAIN_KINDS),
+        Key("error_feedback", "bool", DEFAULT_ERROR_FEEDBACK, "compressed gradients: what one iteration's "
+            "payload leaves out is added to the next (false: it is lost, as in NetSenseML's fixed top-k "
+            "baselines); the PS's compressed reply always sends the change since what the workers hold",
+            applies=TRAIN_KINDS),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, max=1024, applies=("ring",)),
         Key("burst_bytes", "int", BURST_BYTES, "B: what each worker sends per iteration", unit="bytes", min=1,
