@@ -113,7 +113,8 @@ class JobSpec:
             raise UsageError(f"job {self.name!r}: ltp_deadline_ms must be positive and ltp_theta_min in [0, 1]")
         if self.eval_every < 0:
             raise UsageError(f"job {self.name!r}: eval_every must be 0 (only at the end) or more")
-        check_compression(self.compression, self.compression_ratio, self.kind, f"job {self.name!r}: compression")
+        check_compression(self.compression, self.compression_ratio, self.kind, f"job {self.name!r}: compression",
+                          self.error_feedback)
         if self.compression != "none" and self.transport != "tcp":
             raise UsageError(f"job {self.name!r}: compressed gradients travel over gloo (transport tcp); "
                              f"{self.transport} sends them as float32; use compression none with it")

@@ -265,7 +265,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             above=0, max=1, applies=TRAIN_KINDS),
         Key("error_feedback", "bool", DEFAULT_ERROR_FEEDBACK, "compressed gradients: what one iteration's "
             "payload leaves out is added to the next (false: it is lost, as in NetSenseML's fixed top-k "
-            "baselines); the PS's compressed reply always sends the change since what the workers hold",
+            "baselines; only with topk, randk, int8 or sign: none leaves nothing out, and adaptive's costs were "
+            "measured with it); the PS's compressed reply always sends the change since what the workers hold",
             applies=TRAIN_KINDS),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, max=1024, applies=("ring",)),

@@ -162,10 +162,12 @@ def test_a_message_carries_its_level_and_length():
     ("topk", 1.5, "ring", "ratio must be in (0, 1]"),
     ("adaptive", None, "generator", "needs a PyTorch job"),
     ("int8", None, "generator", "needs a PyTorch job"),
+    ("none", 0.01, "ps", "error_feedback false means nothing with compression none"),
+    ("adaptive", 0.01, "ring", "error_feedback false does not go with compression adaptive: its policy's costs"),
 ])
 def test_bad_settings_are_one_line_errors(method, ratio, kind, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")) as exc:
-        check_compression(method, ratio, kind)
+        check_compression(method, ratio, kind, error_feedback="error_feedback" not in message)
     assert "\n" not in str(exc.value)
 
 
@@ -173,6 +175,8 @@ def test_good_settings_pass():
     for kind in ("ps", "ring"):
         for method in ("none", "topk", "randk", "int8", "sign", "adaptive"):
             check_compression(method, 0.01, kind)
+        for method in ("topk", "randk", "int8", "sign"):
+            check_compression(method, 0.01, kind, error_feedback=False)
     check_compression("none", None, "generator")
 
 
