@@ -44,6 +44,10 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
         for parts in sweep.targets:
             check_path(".".join(parts), tree, sweep.where, "sweep key", all_topology_params=swept_topology)
     for sweep in sweeps:
+        twice = [key for i, key in enumerate(sweep.normals()) if key in sweep.normals()[:i]]
+        if twice:
+            raise error(sweep.where, "", f"sweep key {sweep.key!r}: {twice[0]!r} appears twice in the zipped key; "
+                                         "name each key once")
         for key in sweep.normals():
             for other, first in seen_keys.items():
                 if covers(other, key) or covers(key, other):

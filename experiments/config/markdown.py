@@ -180,6 +180,8 @@ def reference_markdown() -> str:
         "YAML (`--set mode.K=30`, `--set jobs.0.workers=[h2,h3]`, `--set telemetry=off`). A key set this way",
         "is no longer swept (`--set mode=pcn` runs only pcn). `--set sweep.KEY=[v1,v2]` adds or replaces a",
         "sweep, `--set sweep.KEY=` removes one, `--set sweep=` removes them all. Errors name the `--set`.",
+        "One key of a zipped sweep is not set alone: replace the zip, `--set 'sweep.a+b=[[...], [...]]'` (its",
+        "keys in any order), or remove it first, `--set sweep.a+b=`.",
         "",
     ]
     return "\n".join(lines)

@@ -175,10 +175,17 @@ def _sweep_entry(key: str, values: Raw, where: Where) -> Sweep:
                                                     + (f"{len(item.value)}" if item.is_list else fmt(item.plain())))
         plain = item.plain()
         if plain in seen:
-            raise error(item.where, f"sweep.{key}", f"value {fmt(plain)} is listed twice")
+            raise error(item.where, f"sweep.{key}", f"value {_shown(plain)} is listed twice")
         seen.append(plain)
         items.append(_with_via(item, "sweep"))
     return Sweep(key, targets, items, where)
+
+
+def _shown(value: Any) -> str:
+    """A sweep value as the file writes it (a zipped point: [topk, 0.001, false])."""
+    if isinstance(value, list):
+        return "[" + ", ".join(v if isinstance(v, str) else _shown(v) for v in value) + "]"
+    return ("true" if value else "false") if isinstance(value, bool) else fmt(value)
 
 
 def _with_via(raw: Raw, via: str) -> Raw:
@@ -211,15 +218,22 @@ def apply_override(item: str, tree: Raw, sweeps: list[Sweep]) -> tuple[Raw, list
     if key.startswith("sweep."):
         sweep_key = key[len("sweep."):]
         if value.value is None:                      # --set sweep.mode=  removes that sweep
-            return tree, [s for s in sweeps if s.key != sweep_key]
+            named = {normal(part.strip().split(".")) for part in sweep_key.split(ZIP)}
+            return tree, [s for s in sweeps if set(s.normals()) != named]
         entry = _sweep_entry(sweep_key, value, where)
         for parts in entry.targets:
             check_path(".".join(parts), tree, where, "sweep key", all_topology_params=True)
-        kept = [s for s in sweeps if s.normals() != entry.normals()]
+        kept = [s for s in sweeps if set(s.normals()) != set(entry.normals())]   # a zip's keys in any order
         return tree, kept + [entry]
     parts = check_path(key, tree, where, "key")
-    set_path(tree, parts, value)
     fixed = normal(parts)
+    for s in sweeps:
+        hit = [k for k in s.normals() if covers(fixed, k)]
+        if s.zipped and hit and len(hit) < len(s.targets):
+            raise error(where, "", f"{key} is one key of the zipped sweep {s.key!r}; its points set the keys "
+                                   f"together: give them anew, --set 'sweep.{s.key}=[[...], [...]]', or end "
+                                   f"the sweep, --set sweep.{s.key}=")
+    set_path(tree, parts, value)
     # A key fixed on the command line is no longer swept.
     kept = [s for s in sweeps if not any(covers(fixed, key) for key in s.normals())]
     return tree, kept

@@ -106,12 +106,28 @@ def test_a_zipped_sweep_sets_its_keys_together(tmp_path):
     assert [(j.compression, j.compression_ratio, j.error_feedback) for j in jobs] == [
         ("none", 0.01, True), ("topk", 0.001, False), ("topk", 0.005, True)]
     assert runs[2].sweep["jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback"] == ["topk", 0.001, False]
-    # --set of one of its keys ends the zipped sweep; --set sweep.<the zipped key>= replaces it
-    fixed = load_experiment(tmp_path / "exp.yaml", ["jobs.0.compression=int8"]).runs()
-    assert {r.jobs[0].compression for r in fixed} == {"int8"} and len(fixed) == 2
+    # --set sweep.<the zipped key>=[...] replaces it, its keys in any order; --set sweep.<the zipped key>= ends it
     two = load_experiment(tmp_path / "exp.yaml", [
         "sweep.jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback=[[adaptive, 0.01, true]]"]).runs()
     assert [r.jobs[0].compression for r in two] == ["adaptive", "adaptive"]
+    turned = load_experiment(tmp_path / "exp.yaml", [
+        "sweep.jobs.0.error_feedback+jobs.0.compression+jobs.0.compression_ratio=[[false, int8, 0.01]]"]).runs()
+    assert [(r.jobs[0].compression, r.jobs[0].error_feedback) for r in turned] == [("int8", False)] * 2
+    fixed = load_experiment(tmp_path / "exp.yaml", [
+        "sweep.jobs.0.compression_ratio+jobs.0.error_feedback+jobs.0.compression=", "jobs.0.compression=int8"]).runs()
+    assert {r.jobs[0].compression for r in fixed} == {"int8"} and len(fixed) == 2
+
+
+def test_set_of_one_key_of_a_zipped_sweep_is_refused(tmp_path):
+    """Fixing one key of a zip would silently drop its other keys' points: say how to replace or end it."""
+    write_file(tmp_path, ZIPPED)
+    zipped = "jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback"
+    with pytest.raises(UsageError) as err:
+        load_experiment(tmp_path / "exp.yaml", ["jobs.0.compression=int8"])
+    message = str(err.value)
+    assert message.startswith("--set jobs.0.compression=int8: ") and "\n" not in message
+    assert f"the zipped sweep {zipped!r}" in message
+    assert f"--set 'sweep.{zipped}=[[...], [...]]'" in message and message.endswith(f"--set sweep.{zipped}=")
 
 
 @pytest.mark.parametrize("sweep, fragment", [
@@ -123,6 +139,10 @@ def test_a_zipped_sweep_sets_its_keys_together(tmp_path):
     ("  jobs.0.compression+: [[topk, 1]]", "one of them is empty"),
     ("  jobs.0.compression+jobs.0.compression_ratio: [[topk, 0.01]]\n  jobs.0.compression: [int8]",
      "overlaps"),
+    ("  jobs.0.compression+jobs.0.compression: [[topk, int8]]",
+     "'jobs.0.compression' appears twice in the zipped key"),
+    ("  jobs.0.compression+jobs.0.compression_ratio: [[topk, 0.01], [topk, 0.01]]",
+     "sweep.jobs.0.compression+jobs.0.compression_ratio: value [topk, 0.01] is listed twice"),
 ])
 def test_bad_zipped_sweeps_are_one_line_errors(tmp_path, sweep, fragment):
     text = MINIMAL.replace("kind: generator", "kind: ps") + "sweep:\n" + sweep + "\n"
