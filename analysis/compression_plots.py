@@ -57,7 +57,7 @@ def plot_netsense(rows: list[dict], target: float, out: Path) -> Path:
         first = r is next(x for x in rows if x["point"] == r["point"])
         name = r["point"].split("=", 1)[-1] if "," not in r["point"] else r["point"]   # one sweep key: its value
         ax.plot(t, acc, color=colours[r["point"]], lw=1.2, alpha=0.85, label=name if first else None)
-    longest = max(rows, key=lambda r: len(r.get("phases", [])))["phases"] if rows else []
+    longest = max(rows, key=lambda r: len(r.get("phases", []))).get("phases", []) if rows else []
     state = lambda phase: phase["phase"].rsplit(" @", 1)[0]   # noqa: E731  (the label without its time)
     for phase in longest[1:]:
         if state(phase) != state(longest[0]):

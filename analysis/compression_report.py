@@ -37,7 +37,6 @@ from pcnlab.analysis.measures import json_safe
 from pcnlab.analysis.results import RunData, run_folders
 
 KNEE_TOLERANCE = 0.05
-MERGE_S = 1.0            # schedule events this close to the one before belong to its change
 
 
 # --- one run ---------------------------------------------------------------------------------------
@@ -100,7 +99,8 @@ def schedule_phases(events: pd.DataFrame, start_ns: float, end_ns: float,
     """[start, end) cut at the schedule's events (events.jsonl: rate changes, flows started and
     stopped), each phase labelled by the rate then and the competing flows running, and the planned
     time it began (`40 Mbit/s + 8 flows @5s`). The events of one change (a flow group starts flow by
-    flow) are one cut: those within MERGE_S of the cut before it join it."""
+    flow, however long that takes) are one cut, at its first: they carry the change's planned at_s, and
+    two changes planned apart stay two cuts however close they came."""
     rate = first = f"{first_rate:g} Mbit/s" if first_rate else "start"
     running: set[str] = set()
     cuts: list[tuple[float, float, str]] = []           # (host_ns, planned at_s, state)
@@ -116,7 +116,7 @@ def schedule_phases(events: pd.DataFrame, start_ns: float, end_ns: float,
         else:
             continue
         state = rate + (f" + {len(running)} flow{'s' if len(running) > 1 else ''}" if running else "")
-        if cuts and float(r.host_ns) - cuts[-1][0] < MERGE_S * 1e9:
+        if cuts and float(r.at_s) == cuts[-1][1]:
             cuts[-1] = (cuts[-1][0], cuts[-1][1], state)
         else:
             cuts.append((float(r.host_ns), float(r.at_s), state))
@@ -159,7 +159,8 @@ def run_figures(run: RunData, target: float | None = None) -> dict:
     out: dict = {"run": run.name, "point": run.point, "trusted": run.fidelity.get("trusted"),
                  "status": run.status.get("status"), "sweep": run.config.get("sweep") or {},
                  "rate_mbps": (run.config.get("topology") or {}).get("bw"), "workers": len(job.get("workers") or ()),
-                 "codec": f"{method}-{job.get('compression_ratio'):g}" if method in ("topk", "randk") else method}
+                 "codec": (f"{method}-{job.get('compression_ratio'):g}" if method in ("topk", "randk") else method)
+                 + ("-no-ef" if job.get("error_feedback") is False else "")}
     if w.empty:
         return out
     curve = accuracy_curve(run)
@@ -214,14 +215,17 @@ def netsense_table(rows: list[dict], at_s: list[float] = ()) -> list[dict]:
     out = []
     for point in dict.fromkeys(r["point"] for r in rows):
         mine = [r for r in rows if r["point"] == point]
-        phase_names = list(dict.fromkeys(p["phase"] for r in mine for p in r.get("phases", [])))
+        starts: dict[str, list[float]] = {}
+        for p in (p for r in mine for p in r.get("phases", [])):
+            starts.setdefault(p["phase"], []).append(p.get("from_s", 0.0))
+        phase_names = sorted(starts, key=lambda name: float(np.mean(starts[name])))
         out.append({
             "point": point, "runs": len(mine), "reached": sum(r.get("time_to_target_s") is not None for r in mine),
             "time_to_target_s": _mean(r.get("time_to_target_s") for r in mine),
             "iterations_per_s": _mean(r.get("iterations_per_s") for r in mine),
             "phases_iterations_per_s": [_mean(p["iterations_per_s"] for r in mine for p in r.get("phases", [])
                                               if p["phase"] == name) for name in phase_names],
-            "phase_names": phase_names,
+            "phase_names": phase_names, "phase_from_s": [float(np.mean(starts[name])) for name in phase_names],
             "accuracy_final": _mean(r.get("accuracy_final") for r in mine),
             "at_s": list(at_s), "accuracy_at": [_mean(accuracy_at(r.get("curve"), t) for r in mine) for t in at_s],
             "payload_bytes": _mean(r.get("payload_bytes") for r in mine),
@@ -232,9 +236,13 @@ def netsense_table(rows: list[dict], at_s: list[float] = ()) -> list[dict]:
 
 
 def netsense_markdown(table: list[dict], target: float) -> str:
-    phases_ = list(dict.fromkeys(name for r in table for name in r["phase_names"]))   # a short run has fewer
+    starts: dict[str, list[float]] = {}                   # a short run has fewer phases: every point's, in time
+    for r in table:
+        for name, t in zip(r["phase_names"], r.get("phase_from_s") or [0.0] * len(r["phase_names"])):
+            starts.setdefault(name, []).append(t)
+    phases_ = sorted(starts, key=lambda name: min(starts[name]))
     head = (["point", "time to " + f"{target:.0%}" + " (s)", "it/s"] + [f"it/s at {p}" for p in phases_]
-            + ["final accuracy"] + [f"accuracy at {t:.1f} s" for t in (table[0]["at_s"] if table else [])]
+            + ["final accuracy"] + _at_headers(table[0]["at_s"] if table else [])
             + ["bytes/it per worker (gloo)", "bytes/it per worker (TCP)",
                "switch DDL frame bytes/it (all)", "codecs used", "runs"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -251,6 +259,16 @@ def netsense_markdown(table: list[dict], target: float) -> str:
                                           f(r["tcp_bytes"], "{:,.0f}"), f(r["switch_bytes"], "{:,.0f}"), codecs,
                                           str(r["runs"])]) + " |")
     return "\n".join(lines)
+
+
+def _at_headers(at_s: list[float]) -> list[str]:
+    """`accuracy at 2.5 s` per time: more digits where two would read alike, then a count (a column each)."""
+    for digits in range(1, 7):
+        head = [f"accuracy at {t:.{digits}f} s" for t in at_s]
+        if len(set(head)) == len(head):
+            return head
+    head = [f"accuracy at {t:.1f} s" for t in at_s]
+    return [f"{h} (#{head[:i + 1].count(h)})" if head.count(h) > 1 else h for i, h in enumerate(head)]
 
 
 def scaling_table(rows: list[dict], reference: list[dict] | None = None) -> pd.DataFrame:
