@@ -4,7 +4,8 @@ choosing a level).
 
 Parameter server (one WorkerSync per worker, one ShardSync per PS shard):
 - up: each worker encodes its gradient for each shard with error feedback (one residual per shard;
-  none when the job sets `error_feedback: false`) at the level it chose, and sends one message (header: level, payload length; then the payload);
+  none when the job sets `error_feedback: false`) at the level it chose, and sends one message
+  (header: level, payload length; then the payload);
 - the shard decodes every worker's payload, averages, steps its optimizer;
 - down: the shard sends the new parameters at the most compressed level any worker used this
   iteration (workers may differ under the adaptive policy). Level none sends the parameters
