@@ -4,10 +4,11 @@
     python -m pcnlab.analysis.compression_report scaling results/compression-scaling [MORE SWEEPS ...]
 
 netsense: per sweep point (mean over its trusted repetitions): the time from the job's start to the
-first held-out accuracy at or above the target, worker iterations per second (overall and per phase of
-the run's schedule), the final accuracy, the bytes a worker moved per iteration -- as handed to gloo
-(its log), as TCP carried them (TCP_INFO of gloo's connections, its log) -- and the DDL bytes the
-switch sent per iteration (its counters: every frame, headers and ACKs included), and which codecs
+first held-out accuracy at or above the target, the accuracy at equal times (--at-s; by default when
+the first point reached the target and the longest time every run covers), worker iterations per
+second (overall and per phase of the schedule: rate changes, competing flows), the final accuracy,
+the bytes a worker moved per iteration -- as handed to gloo, as TCP carried them (TCP_INFO) -- and the
+DDL bytes the switch sent per iteration (its counters, headers and ACKs included), and the codecs
 the workers used. Written as netsense.md and netsense.json into the sweep folder.
 
 scaling: per (link rate, compression, workers), pooling the runs of every sweep folder given: the mean
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pcnlab.errors import UsageError
+from pcnlab.analysis.compression_plots import plot_netsense, plot_scaling
 from pcnlab.analysis.measures import json_safe
 from pcnlab.analysis.results import RunData, run_folders
 
@@ -67,21 +69,60 @@ def time_to_accuracy(curve: pd.DataFrame, target: float) -> tuple[float | None, 
     return (float(hit["t_s"].iloc[0]), int(hit["iter"].iloc[0])) if not hit.empty else (None, None)
 
 
+def accuracy_at(curve: list, t_s: float) -> float | None:
+    """Held-out accuracy of the model a run had t_s seconds after its job started: its last evaluation
+    at or before then (a run that had finished keeps its final model); None before the first."""
+    before = [acc for t, acc in curve or () if t <= t_s]
+    return float(before[-1]) if before else None
+
+
+def equal_times(rows: list[dict], table: list[dict]) -> list[float]:
+    """The times at which the report compares accuracy when none are asked for: when the first point
+    reached the target (mean over its runs), and the longest time every run covers (its last
+    evaluation)."""
+    reached = [p["time_to_target_s"] for p in table if p.get("time_to_target_s") is not None]
+    ends = [r["curve"][-1][0] for r in rows if r.get("curve")]
+    return sorted(set(([min(reached)] if reached else []) + ([min(ends)] if ends else [])))
+
+
 def phases(run: RunData) -> list[tuple[str, float, float]]:
-    """The run cut at its scheduled rate changes: (label, from_ns, to_ns) on the host clock."""
+    """The run cut at its scheduled changes: (label, from_ns, to_ns) on the host clock."""
     start = job_start_ns(run)
-    w = _workers(run)
     if start is None:
         return []
-    end = float(w["comm_end_ns"].max())
-    events = run.events
-    cuts = []
-    if not events.empty and "action" in events:
-        rates = events[(events["type"] == "schedule") & (events["action"] == "rate")].sort_values("host_ns")
-        cuts = [(float(r.host_ns), f"{r.mbps:g} Mbit/s") for r in rates.itertuples()]
-    first_rate = (run.config.get("topology") or {}).get("bw")
-    bounds = [(start, f"{first_rate:g} Mbit/s" if first_rate else "start")] + [c for c in cuts if start < c[0] < end]
-    return [(label, t, bounds[i + 1][0] if i + 1 < len(bounds) else end) for i, (t, label) in enumerate(bounds)]
+    end = float(_workers(run)["comm_end_ns"].max())
+    return schedule_phases(run.events, start, end, (run.config.get("topology") or {}).get("bw"))
+
+
+def schedule_phases(events: pd.DataFrame, start_ns: float, end_ns: float,
+                    first_rate: float | None) -> list[tuple[str, float, float]]:
+    """[start, end) cut at the schedule's events (events.jsonl: rate changes, flows started and
+    stopped), each phase labelled by the rate then and the competing flows running, and the planned
+    time it began (`40 Mbit/s + 8 flows @5s`). The events of one change (a flow group starts flow by
+    flow, however long that takes) are one cut, at its first: they carry the change's planned at_s, and
+    two changes planned apart stay two cuts however close they came."""
+    rate = first = f"{first_rate:g} Mbit/s" if first_rate else "start"
+    running: set[str] = set()
+    cuts: list[tuple[float, float, str]] = []           # (host_ns, planned at_s, state)
+    rows = events[events["type"] == "schedule"].sort_values("host_ns") if not events.empty and "action" in events \
+        else events.iloc[0:0]
+    for r in rows.itertuples():
+        if r.action == "rate":
+            rate = f"{r.mbps:g} Mbit/s"
+        elif r.action == "start":
+            running.add(r.flow)
+        elif r.action == "stop":
+            running.discard(r.flow)
+        else:
+            continue
+        state = rate + (f" + {len(running)} flow{'s' if len(running) > 1 else ''}" if running else "")
+        if cuts and float(r.at_s) == cuts[-1][1]:
+            cuts[-1] = (cuts[-1][0], cuts[-1][1], state)
+        else:
+            cuts.append((float(r.host_ns), float(r.at_s), state))
+    inside = [(t, f"{state} @{at:g}s") for t, at, state in cuts if start_ns < t < end_ns]
+    bounds = [(start_ns, f"{first} @0s")] + inside
+    return [(label, t, bounds[i + 1][0] if i + 1 < len(bounds) else end_ns) for i, (t, label) in enumerate(bounds)]
 
 
 def iterations_per_s(run: RunData, since_ns: float, until_ns: float) -> float | None:
@@ -118,7 +159,8 @@ def run_figures(run: RunData, target: float | None = None) -> dict:
     out: dict = {"run": run.name, "point": run.point, "trusted": run.fidelity.get("trusted"),
                  "status": run.status.get("status"), "sweep": run.config.get("sweep") or {},
                  "rate_mbps": (run.config.get("topology") or {}).get("bw"), "workers": len(job.get("workers") or ()),
-                 "codec": f"{method}-{job.get('compression_ratio'):g}" if method in ("topk", "randk") else method}
+                 "codec": (f"{method}-{job.get('compression_ratio'):g}" if method in ("topk", "randk") else method)
+                 + ("-no-ef" if job.get("error_feedback") is False else "")}
     if w.empty:
         return out
     curve = accuracy_curve(run)
@@ -166,21 +208,26 @@ def _mean(values) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def netsense_table(rows: list[dict]) -> list[dict]:
+def netsense_table(rows: list[dict], at_s: list[float] = ()) -> list[dict]:
     """One row per sweep point, means over its runs (a run that never reached the target counts as
-    missing: `reached` says how many did)."""
+    missing: `reached` says how many did), with the accuracy each had at the times `at_s` (seconds
+    since the job started: NetSenseML's comparison at equal time)."""
     out = []
     for point in dict.fromkeys(r["point"] for r in rows):
         mine = [r for r in rows if r["point"] == point]
-        phase_names = [p["phase"] for p in mine[0].get("phases", [])]
+        starts: dict[str, list[float]] = {}
+        for p in (p for r in mine for p in r.get("phases", [])):
+            starts.setdefault(p["phase"], []).append(p.get("from_s", 0.0))
+        phase_names = sorted(starts, key=lambda name: float(np.mean(starts[name])))
         out.append({
             "point": point, "runs": len(mine), "reached": sum(r.get("time_to_target_s") is not None for r in mine),
             "time_to_target_s": _mean(r.get("time_to_target_s") for r in mine),
             "iterations_per_s": _mean(r.get("iterations_per_s") for r in mine),
-            "phases_iterations_per_s": [_mean(r["phases"][i]["iterations_per_s"] for r in mine
-                                              if len(r.get("phases", [])) > i) for i in range(len(phase_names))],
-            "phase_names": phase_names,
+            "phases_iterations_per_s": [_mean(p["iterations_per_s"] for r in mine for p in r.get("phases", [])
+                                              if p["phase"] == name) for name in phase_names],
+            "phase_names": phase_names, "phase_from_s": [float(np.mean(starts[name])) for name in phase_names],
             "accuracy_final": _mean(r.get("accuracy_final") for r in mine),
+            "at_s": list(at_s), "accuracy_at": [_mean(accuracy_at(r.get("curve"), t) for r in mine) for t in at_s],
             "payload_bytes": _mean(r.get("payload_bytes") for r in mine),
             "tcp_bytes": _mean(r.get("tcp_bytes") for r in mine),
             "switch_bytes": _mean(r.get("switch_bytes") for r in mine),
@@ -189,9 +236,14 @@ def netsense_table(rows: list[dict]) -> list[dict]:
 
 
 def netsense_markdown(table: list[dict], target: float) -> str:
-    phases_ = table[0]["phase_names"] if table else []
+    starts: dict[str, list[float]] = {}                   # a short run has fewer phases: every point's, in time
+    for r in table:
+        for name, t in zip(r["phase_names"], r.get("phase_from_s") or [0.0] * len(r["phase_names"])):
+            starts.setdefault(name, []).append(t)
+    phases_ = sorted(starts, key=lambda name: min(starts[name]))
     head = (["point", "time to " + f"{target:.0%}" + " (s)", "it/s"] + [f"it/s at {p}" for p in phases_]
-            + ["final accuracy", "bytes/it per worker (gloo)", "bytes/it per worker (TCP)",
+            + ["final accuracy"] + _at_headers(table[0]["at_s"] if table else [])
+            + ["bytes/it per worker (gloo)", "bytes/it per worker (TCP)",
                "switch DDL frame bytes/it (all)", "codecs used", "runs"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table:
@@ -199,11 +251,24 @@ def netsense_markdown(table: list[dict], target: float) -> str:
         ttt = f(r["time_to_target_s"], "{:.1f}") + ("" if r["reached"] == r["runs"] else f" ({r['reached']}/{r['runs']} reached)")
         codecs = ", ".join(f"{k} {v:.0%}" for k, v in sorted(r["codecs"].items(), key=lambda kv: -kv[1]))
         lines.append("| " + " | ".join([r["point"], ttt, f(r["iterations_per_s"], "{:.2f}")]
-                                       + [f(v, "{:.2f}") for v in r["phases_iterations_per_s"]]
-                                       + [f(r["accuracy_final"], "{:.1%}"), f(r["payload_bytes"], "{:,.0f}"),
+                                       + [f(dict(zip(r["phase_names"], r["phases_iterations_per_s"])).get(p), "{:.2f}")
+                                          for p in phases_]
+                                       + [f(r["accuracy_final"], "{:.1%}")]
+                                       + [f(v, "{:.1%}") for v in r["accuracy_at"]]
+                                       + [f(r["payload_bytes"], "{:,.0f}"),
                                           f(r["tcp_bytes"], "{:,.0f}"), f(r["switch_bytes"], "{:,.0f}"), codecs,
                                           str(r["runs"])]) + " |")
     return "\n".join(lines)
+
+
+def _at_headers(at_s: list[float]) -> list[str]:
+    """`accuracy at 2.5 s` per time: more digits where two would read alike, then a count (a column each)."""
+    for digits in range(1, 7):
+        head = [f"accuracy at {t:.{digits}f} s" for t in at_s]
+        if len(set(head)) == len(head):
+            return head
+    head = [f"accuracy at {t:.1f} s" for t in at_s]
+    return [f"{h} (#{head[:i + 1].count(h)})" if head.count(h) > 1 else h for i, h in enumerate(head)]
 
 
 def scaling_table(rows: list[dict], reference: list[dict] | None = None) -> pd.DataFrame:
@@ -242,71 +307,6 @@ def knees(frame: pd.DataFrame) -> list[dict]:
     return out
 
 
-def plot_scaling(frame: pd.DataFrame, knee_rows: list[dict], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rates = sorted(frame["rate_mbps"].dropna().unique())
-    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.8), sharey=True, squeeze=False)
-    for ax, rate in zip(axes[0], rates):
-        here = frame[(frame["rate_mbps"] == rate) & (frame["workers"] > 1)]
-        for workers, rows in here.groupby("workers"):
-            rows = rows.sort_values("reduction")
-            ax.plot(rows["reduction"], rows["scaling"], marker="o", label=f"{int(workers)} workers")
-            for r in rows.itertuples():
-                ax.annotate(r.compression, (r.reduction, r.scaling), fontsize=7, xytext=(3, 3),
-                            textcoords="offset points")
-        for k in knee_rows:
-            if k["rate_mbps"] == rate:
-                ax.axvline(k["knee_reduction"], color="grey", lw=0.8, ls="--")
-        ax.set_xscale("log")
-        ax.set_xlabel("payload reduction (bytes of none / bytes, measured)")
-        ax.set_title(f"{rate:g} Mbit/s links")
-        ax.axhline(1.0, color="black", lw=0.5)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("scaling factor T1 / TN")
-    axes[0][-1].legend(loc="lower right", fontsize=8)
-    fig.suptitle("scaling factor against gradient compression (dashed: where more stops mattering)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
-
-
-def plot_netsense(rows: list[dict], target: float, out: Path) -> Path:
-    """Held-out accuracy against time from the job's start, one line per run (colour: its point), the
-    schedule's phases other than the first shaded, the target dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    points = list(dict.fromkeys(r["point"] for r in rows))
-    colours = dict(zip(points, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    for r in rows:
-        t, acc = zip(*r["curve"]) if r.get("curve") else ((), ())
-        first = r is next(x for x in rows if x["point"] == r["point"])
-        ax.plot(t, acc, color=colours[r["point"]], lw=1.2, alpha=0.85, label=r["point"] if first else None)
-    shaded = rows[0].get("phases", [])[1:] if rows else []
-    for phase in shaded:
-        if phase["phase"] != rows[0]["phases"][0]["phase"]:
-            ax.axvspan(phase["from_s"], phase["from_s"] + phase["seconds"], color="grey", alpha=0.15, lw=0)
-            ax.text(phase["from_s"] + 0.5, 0.52, phase["phase"], fontsize=8, color="dimgrey")
-    ax.axhline(target, color="black", lw=0.8, ls="--")
-    ax.set_xlabel("seconds since the job started")
-    ax.set_ylabel("held-out accuracy (digits)")
-    ax.set_ylim(0.5, 1.0)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
-
-
 def _markdown(frame: pd.DataFrame) -> str:
     cell = lambda v: "-" if v is None or (isinstance(v, float) and np.isnan(v)) else (  # noqa: E731
         f"{v:.3g}" if isinstance(v, float) else str(v))
@@ -326,6 +326,9 @@ def main(argv=None) -> int:
     ns = sub.add_parser("netsense")
     ns.add_argument("path", type=Path, nargs="+")
     ns.add_argument("--target", type=float, default=0.9)
+    ns.add_argument("--at-s", type=float, nargs="+", default=None,
+                    help="seconds since the job started at which to compare accuracy (default: when the first "
+                         "point reached the target, and the longest time every run covers)")
     ns.add_argument("--include-untrusted", action="store_true")
     sc = sub.add_parser("scaling")
     sc.add_argument("path", type=Path, nargs="+", help="sweep folders (their runs are pooled)")
@@ -337,7 +340,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"compression_report: {exc}") from None
     folder = _sweep_dir(args.path[0])
     if args.what == "netsense":
-        table = netsense_table(rows)
+        at_s = args.at_s if args.at_s is not None else equal_times(rows, netsense_table(rows))
+        table = netsense_table(rows, at_s)
         text = netsense_markdown(table, args.target)
         (folder / "netsense.md").write_text(text + "\n")
         (folder / "netsense.json").write_text(json.dumps(json_safe({"target": args.target, "points": table,

@@ -43,13 +43,14 @@ class RankCompression:
         return self.ladder is not None
 
     def worker_sync(self) -> WorkerSync:
-        return WorkerSync(self.ladder, self.shard_sizes, self.cfg.seed, self.cfg.rank)
+        return WorkerSync(self.ladder, self.shard_sizes, self.cfg.seed, self.cfg.rank, self.cfg.error_feedback)
 
     def shard_sync(self, initial) -> ShardSync:
         return ShardSync(self.ladder, self.shard_sizes[0], initial, self.cfg.seed, self.cfg.rank)
 
     def ring_sync(self) -> RingSync:
-        return RingSync(self.ladder, sum(self.shard_sizes), self.cfg.world, self.cfg.seed, self.cfg.rank)
+        return RingSync(self.ladder, sum(self.shard_sizes), self.cfg.world, self.cfg.seed, self.cfg.rank,
+                        self.cfg.error_feedback)
 
     def record(self, used_level: int, compute_s: float, comm_s: float, sent: int, received: int) -> dict:
         """The iteration's log fields (above); an adaptive worker also decides `self.level` for the next

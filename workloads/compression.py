@@ -20,7 +20,7 @@ within max(|x|, s) <= the chunk's max abs; topk and randk are exact on the k val
 
 Error feedback (Seide et al. 2014; Karimireddy et al. 2019, "Error Feedback Fixes SignSGD"): what a
 codec leaves out of one iteration is added to the next one's input, so nothing is lost, only delayed:
-p = g + e; send C(p); e = p - decode(C(p)).
+p = g + e; send C(p); e = p - decode(C(p)). A job's `error_feedback: false` switches it off (e stays 0).
 
 Messages: one gloo message per stream and iteration, a header of HEADER_BYTES (two little-endian
 int32: the codec's level in the job's ladder, the payload's length in bytes) followed by the payload.
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from pcnlab.errors import UsageError
-from pcnlab.workloads.compression_methods import METHODS, SPARSE
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, METHODS, SPARSE
 
 CHUNK = 1024                 # values per scale (int8, sign)
 HEADER_BYTES = 8             # level, payload bytes: two little-endian int32
@@ -152,9 +152,11 @@ class Codec:
 
 
 class ErrorFeedback:
-    """One stream's residual: what earlier payloads left out, added to the next input."""
+    """One stream's residual: what earlier payloads left out, added to the next input. `enabled=False`:
+    no residual (what a payload leaves out is lost), the baselines NetSenseML compares with."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, enabled: bool = DEFAULT_ERROR_FEEDBACK):
+        self.enabled = enabled
         self.residual = torch.zeros(n, dtype=torch.float32)
 
     def compress(self, x: torch.Tensor, codec: Codec,
@@ -163,7 +165,8 @@ class ErrorFeedback:
         corrected = x.detach().reshape(-1).to(torch.float32) + self.residual
         payload = codec.encode(corrected, generator)
         sent = codec.decode(payload, corrected.numel())
-        self.residual = corrected - sent
+        if self.enabled:
+            self.residual = corrected - sent
         return payload, sent
 
 

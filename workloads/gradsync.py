@@ -3,8 +3,9 @@
 choosing a level).
 
 Parameter server (one WorkerSync per worker, one ShardSync per PS shard):
-- up: each worker encodes its gradient for each shard with error feedback (one residual per shard)
-  at the level it chose, and sends one message (header: level, payload length; then the payload);
+- up: each worker encodes its gradient for each shard with error feedback (one residual per shard;
+  none when the job sets `error_feedback: false`) at the level it chose, and sends one message
+  (header: level, payload length; then the payload);
 - the shard decodes every worker's payload, averages, steps its optimizer;
 - down: the shard sends the new parameters at the most compressed level any worker used this
   iteration (workers may differ under the adaptive policy). Level none sends the parameters
@@ -12,6 +13,8 @@ Parameter server (one WorkerSync per worker, one ShardSync per PS shard):
   both sides add its decoded value to x_hat (the shard keeps a copy: its `shadow`). What one message
   leaves out stays in x - x_hat for the next (error feedback on the model). Workers compute their
   gradients at x_hat; the PS's own parameters x are the model (test accuracy is measured on them).
+  So the whole exchange is compressed, the reply too; `error_feedback: false` switches off the
+  gradients' residual only (the reply's change since x_hat keeps the workers' copy on the model).
 
 Every receive is posted at once into a buffer of the ladder's largest message (compression.capacity),
 so an exchange is one message each way, whatever the level.
@@ -31,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from pcnlab.workloads.compression import HEADER_BYTES, Codec, ErrorFeedback, capacity, pack, unpack
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK
 
 TAG_STRIDE = 2
 
@@ -43,10 +47,11 @@ class WorkerSync:
     """A PS worker's side: its error feedback per shard; it applies the shards' answers to its copy
     x_hat of their parameters."""
 
-    def __init__(self, ladder: tuple[Codec, ...], shard_sizes: list[int], seed: int = 0, rank: int = 0):
+    def __init__(self, ladder: tuple[Codec, ...], shard_sizes: list[int], seed: int = 0, rank: int = 0,
+                 error_feedback: bool = DEFAULT_ERROR_FEEDBACK):
         self.ladder = ladder
         self.sizes = list(shard_sizes)
-        self.feedback = [ErrorFeedback(n) for n in self.sizes]
+        self.feedback = [ErrorFeedback(n, error_feedback) for n in self.sizes]
         self.generators = [_generator(seed, rank, s) for s in range(len(self.sizes))]
         self.inbox = [torch.empty(capacity(ladder, n), dtype=torch.uint8) for n in self.sizes]
 
@@ -126,11 +131,12 @@ class ShardSync:
 class RingSync:
     """A ring rank's side: error feedback on its whole flat gradient; the average of everyone's."""
 
-    def __init__(self, ladder: tuple[Codec, ...], size: int, world: int, seed: int = 0, rank: int = 0):
+    def __init__(self, ladder: tuple[Codec, ...], size: int, world: int, seed: int = 0, rank: int = 0,
+                 error_feedback: bool = DEFAULT_ERROR_FEEDBACK):
         self.ladder = ladder
         self.size = size
         self.world = world
-        self.feedback = ErrorFeedback(size)
+        self.feedback = ErrorFeedback(size, error_feedback)
         self.generator = _generator(seed, rank, 0)
 
     def agree(self, dist, level: int) -> int:

@@ -157,7 +157,7 @@ class Workloads:
             timeout_s=spec.timeout_s, log=str(log), dump_dir=str(folder / "tensors") if spec.dump_tensors else "",
             eval_every=spec.eval_every, addr=ip(host), peers=peers, pcn_start=spec.pcn_start,
             pcn_lead_us=spec.pcn_lead_us, compression=spec.compression, compression_ratio=spec.compression_ratio,
-            job=spec.name, host=host, **ltp)
+            error_feedback=spec.error_feedback, job=spec.name, host=host, **ltp)
 
     def start_flows(self, flows: Sequence[FlowSpec], name: str = "background") -> FlowsHandle:
         """Start background flows (receivers, then senders); they run for duration_s or until stop()."""

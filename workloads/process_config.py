@@ -13,6 +13,8 @@ import typing
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
+
 T = TypeVar("T")
 
 TRAIN_KINDS = ("ps", "ring")
@@ -57,7 +59,8 @@ class TrainConfig:
     ltp_deadline_ms: float = LTP_DEADLINE_MS
     ltp_theta_min: float = LTP_THETA_MIN
     compression: str = "none"        # compression.CHOICES: none | topk | randk | int8 | sign | adaptive (netsense.py)
-    compression_ratio: float = 0.01  # topk, randk: the share of values kept
+    compression_ratio: float = DEFAULT_RATIO              # topk, randk: the share of values kept
+    error_feedback: bool = DEFAULT_ERROR_FEEDBACK         # add what one iteration left out to the next
     job: str = "job"
     host: str = ""
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
-from pcnlab.workloads.compression_methods import DEFAULT_RATIO, check_compression
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO, check_compression
 from pcnlab.workloads.process_config import BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRANSPORTS
 from pcnlab.workloads.containers import ContainerSpec
 
@@ -56,7 +56,8 @@ class JobSpec:
     pcn_lead_us: float = 0.0         # 0: two smoothed RTTs (announce.default_lead_us)
     # PyTorch jobs: gradient compression (compression_methods.py; adaptive: netsense.py)
     compression: str = "none"
-    compression_ratio: float = DEFAULT_RATIO   # topk, randk: the share of values kept
+    compression_ratio: float = DEFAULT_RATIO          # topk, randk: the share of values kept
+    error_feedback: bool = DEFAULT_ERROR_FEEDBACK     # what a payload leaves out goes into the next iteration
     # transport
     cc: str | None = None            # burst: per socket; torch jobs: the hosts' default (sysctl)
     ecn: bool | None = None          # per host (network namespace); None: leave the host as it is
@@ -112,7 +113,8 @@ class JobSpec:
             raise UsageError(f"job {self.name!r}: ltp_deadline_ms must be positive and ltp_theta_min in [0, 1]")
         if self.eval_every < 0:
             raise UsageError(f"job {self.name!r}: eval_every must be 0 (only at the end) or more")
-        check_compression(self.compression, self.compression_ratio, self.kind, f"job {self.name!r}: compression")
+        check_compression(self.compression, self.compression_ratio, self.kind, f"job {self.name!r}: compression",
+                          self.error_feedback)
         if self.compression != "none" and self.transport != "tcp":
             raise UsageError(f"job {self.name!r}: compressed gradients travel over gloo (transport tcp); "
                              f"{self.transport} sends them as float32; use compression none with it")

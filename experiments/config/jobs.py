@@ -14,8 +14,9 @@ from pcnlab.experiments.config.convert import (convert, error, first_where, fmt,
                                                 value_of)
 from pcnlab.experiments.config.runs import (BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig,
                                             link_limit)
-from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, section_keys
+from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, TRAIN_KINDS, section_keys
 from pcnlab.experiments.yamlpos import Raw
+from pcnlab.workloads.compression_methods import error_feedback_problem
 from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, image_behind, image_exists, podman_available
 from pcnlab.workloads.netutil import available_cc, kernel_has_cc
 
@@ -94,6 +95,11 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
         ps, workers = _placement(item, present, path, kind, pattern, lenient, topology)
 
         _transport(values, present, path, item, kind, pattern)
+        problem = error_feedback_problem(values["compression"], values["error_feedback"]) \
+            if kind in TRAIN_KINDS else None
+        if problem:
+            raise error(first_where(present.get("error_feedback"), present.get("compression"), fallback=item.where),
+                        f"{path}.error_feedback", problem)
         if values["cc"] == "dctcp" and not values["ecn"]:
             raise error(first_where(present.get("ecn"), present.get("cc"), fallback=item.where), f"{path}.ecn",
                         "dctcp needs ECN; set ecn: true or choose reno, cubic or bbr")

@@ -15,7 +15,7 @@ from pcnlab.experiments.config.convert import error, first_where, fmt, mapping, 
 from pcnlab.experiments.config.runs import Experiment, RunConfig
 from pcnlab.experiments.config.schema import MAX_RUNS, section_keys
 from pcnlab.experiments.config.sweeps import (Sweep, apply_override, check_path, check_swept_base, covers, label,
-                                              labels, normal, read_sweep, set_path)
+                                              labels, read_sweep, set_path)
 from pcnlab.experiments.yamlpos import load_tree
 
 
@@ -36,19 +36,24 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
     for item in overrides:
         tree, sweeps = apply_override(item, tree, sweeps)
 
-    swept_topology = any(s.parts[0] == "topology" for s in sweeps)
+    swept_topology = any(parts[0] == "topology" for s in sweeps for parts in s.targets)
     seen_keys: dict[str, Sweep] = {}
     for sweep in sweeps:
         if sweep.where.source.startswith("--set"):
             continue
-        check_path(sweep.key, tree, sweep.where, "sweep key", all_topology_params=swept_topology)
+        for parts in sweep.targets:
+            check_path(".".join(parts), tree, sweep.where, "sweep key", all_topology_params=swept_topology)
     for sweep in sweeps:
-        key = normal(sweep.parts)
-        for other, first in seen_keys.items():
-            if covers(other, key) or covers(key, other):
-                raise error(sweep.where, "", f"sweep key {sweep.key!r} overlaps {first.key!r}; sweep each "
-                                             "setting once")
-        seen_keys[key] = sweep
+        twice = [key for i, key in enumerate(sweep.normals()) if key in sweep.normals()[:i]]
+        if twice:
+            raise error(sweep.where, "", f"sweep key {sweep.key!r}: {twice[0]!r} appears twice in the zipped key; "
+                                         "name each key once")
+        for key in sweep.normals():
+            for other, first in seen_keys.items():
+                if covers(other, key) or covers(key, other):
+                    raise error(sweep.where, "", f"sweep key {sweep.key!r} overlaps {first.key!r}; sweep each "
+                                                 "setting once")
+            seen_keys[key] = sweep
         check_swept_base(tree, sweep)
 
     ctx = Context(path.stem.removesuffix(".yaml"))
@@ -69,7 +74,8 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
         fragments = []
         for sweep, sweep_label, i in zip(sweeps, sweep_labels, combo):
             value = sweep.values[i].copy()
-            set_path(point, sweep.parts, value)
+            for parts, one in sweep.settings(value):
+                set_path(point, parts, one)
             sweep_values[sweep.key] = value.plain()
             fragments.append(f"{sweep_label}={label(value.plain(), i)}")
         built = build(point, ctx)

@@ -170,6 +170,9 @@ def reference_markdown() -> str:
         "repetition, repetitions outermost (interleaved: every point once, then again), named from their values with the key's last part: `mode=pcn,workers=2` (`,rep=N` added",
         "when repetitions > 1). A run's seed is `seed + repetition - 1`, the same for every sweep point of a",
         "repetition. A value that is wrong for the schema is reported at its line in the sweep list.",
+        "Keys joined by `+` are swept together, each value a list with one value per key (combinations,",
+        "not their product): `jobs.0.compression+jobs.0.compression_ratio: [[none, 0.01], [topk, 0.001]]`",
+        "runs `compression+compression_ratio=none+0.01` and `...=topk+0.001`.",
         "`name`, `description`, `repetitions`, `sweep`, `fidelity` and `reference` cannot be swept; at most "
         f"{MAX_RUNS} runs.",
         "",
@@ -177,6 +180,8 @@ def reference_markdown() -> str:
         "YAML (`--set mode.K=30`, `--set jobs.0.workers=[h2,h3]`, `--set telemetry=off`). A key set this way",
         "is no longer swept (`--set mode=pcn` runs only pcn). `--set sweep.KEY=[v1,v2]` adds or replaces a",
         "sweep, `--set sweep.KEY=` removes one, `--set sweep=` removes them all. Errors name the `--set`.",
+        "One key of a zipped sweep is not set alone: replace the zip, `--set 'sweep.a+b=[[...], [...]]'` (its",
+        "keys in any order), or remove it first, `--set sweep.a+b=`.",
         "",
     ]
     return "\n".join(lines)

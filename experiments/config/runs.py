@@ -124,6 +124,7 @@ class JobConfig:
     ecn: bool = default("jobs", "ecn")
     compression: str = default("jobs", "compression")
     compression_ratio: float = default("jobs", "compression_ratio")
+    error_feedback: bool = default("jobs", "error_feedback")
     transport: str = default("jobs", "transport")      # resolved: tcp | ltp (tcp-<cc> sets cc)
     ltp_deadline_ms: float = default("jobs", "ltp_deadline_ms")
     ltp_theta_min: float = default("jobs", "ltp_theta_min")
@@ -156,7 +157,7 @@ class JobConfig:
         else:
             out.update(model=process_model(self.model), profile_scale=self.scale, batch=self.batch, lr=self.lr,
                        eval_every=self.eval_every, compression=self.compression,
-                       compression_ratio=self.compression_ratio)
+                       compression_ratio=self.compression_ratio, error_feedback=self.error_feedback)
             if self.kind == "ring":
                 out.update(bucket_mb=self.bucket_mb)
         return out

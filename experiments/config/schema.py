@@ -25,7 +25,7 @@ from pcnlab.topologies.network import HOST_QUEUES, SWITCH_KINDS
 from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
 from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS
-from pcnlab.workloads.compression_methods import DEFAULT_RATIO
+from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
 from pcnlab.workloads.process_config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
                                      TRANSPORTS)
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
@@ -164,7 +164,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("schedule", "list", [], "changes during a run, each a mapping (below): a link's rate, background "
             "flows starting and stopping", default_doc="[] (none)"),
         Key("sweep", "sweep", {}, "dotted key -> list of values; the cartesian product becomes runs, named "
-            "from their values (`mode=pcn,workers=2`)"),
+            "from their values (`mode=pcn,workers=2`); keys joined by + take one value each from a list per point"),
     ),
     "topology": (
         Key("kind", "choice", REQUIRED, "which topology; its parameters are listed below", choices=tuple(TOPOLOGIES),
@@ -257,12 +257,17 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("eval_every", "int", 10, "real models: test accuracy on held-out data every this many iterations "
             "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0, max=1_000_000,
             applies=TRAIN_KINDS),
-        Key("compression", "choice", "none", "gradient compression with error feedback: topk, randk (keep "
-            "compression_ratio of the values, sent as index + value), int8 (8 bits per value), sign (1 bit); "
-            "adaptive: each worker picks one per iteration from what it senses of the network "
+        Key("compression", "choice", "none", "gradient compression (with error feedback unless error_feedback "
+            "is false): topk, randk (keep compression_ratio of the values, sent as index + value), int8 (8 bits "
+            "per value), sign (1 bit); adaptive: each worker picks one per iteration from what it senses of the network "
             "(workloads/netsense.py)", choices=COMPRESSIONS, applies=TRAIN_KINDS, what="compression method"),
         Key("compression_ratio", "number", DEFAULT_RATIO, "topk, randk: the share of each gradient's values sent",
             above=0, max=1, applies=TRAIN_KINDS),
+        Key("error_feedback", "bool", DEFAULT_ERROR_FEEDBACK, "compressed gradients: what one iteration's "
+            "payload leaves out is added to the next (false: it is lost, as in NetSenseML's fixed top-k "
+            "baselines; only with topk, randk, int8 or sign: none leaves nothing out, and adaptive's costs were "
+            "measured with it); the PS's compressed reply always sends the change since what the workers hold",
+            applies=TRAIN_KINDS),
         Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, max=1024, applies=("ring",)),
         Key("burst_bytes", "int", BURST_BYTES, "B: what each worker sends per iteration", unit="bytes", min=1,

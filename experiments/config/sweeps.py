@@ -1,5 +1,12 @@
 """Dotted keys (`mode.K`, `jobs.0.workers`): which exist in a document, `--set key=value` overrides, the
-`sweep:` section (and `--set sweep.KEY=[...]`), and the labels that name a run from its sweep values."""
+`sweep:` section (and `--set sweep.KEY=[...]`), and the labels that name a run from its sweep values.
+
+A sweep key may join several dotted keys with `+`; each of its values is then a list with one value per
+key, set together (a zipped sweep: points that are combinations, not a product):
+
+    sweep:
+      jobs.0.compression+jobs.0.compression_ratio: [[none, 0.01], [topk, 0.001], [topk, 0.005]]
+"""
 
 from __future__ import annotations
 
@@ -115,12 +122,26 @@ def covers(fixed: str, swept: str) -> bool:
     return swept == fixed or swept.startswith(fixed + ".")
 
 
+ZIP = "+"                      # joins the dotted keys of a zipped sweep
+
+
 @dataclass
 class Sweep:
     key: str                   # as written
-    parts: list[str]
+    targets: list[list[str]]   # the parts of each dotted key it sets (one, or several zipped with ZIP)
     values: list[Raw]
     where: Where
+
+    @property
+    def zipped(self) -> bool:
+        return len(self.targets) > 1
+
+    def settings(self, value: Raw) -> list[tuple[list[str], Raw]]:
+        """(parts, value) for each key the sweep value sets."""
+        return list(zip(self.targets, value.value)) if self.zipped else [(self.targets[0], value)]
+
+    def normals(self) -> list[str]:
+        return [normal(parts) for parts in self.targets]
 
 
 def read_sweep(raw: Raw | None) -> list[Sweep]:
@@ -141,15 +162,30 @@ def _sweep_entry(key: str, values: Raw, where: Where) -> Sweep:
     if len(values.value) > MAX_RUNS:
         raise error(values.where, f"sweep.{key}", f"{len(values.value)} values; an experiment has at most "
                                                   f"{MAX_RUNS} runs")
+    targets = [part.strip().split(".") for part in key.split(ZIP)]
+    if len(targets) > 1 and not all(all(targets_part) for targets_part in targets):
+        raise error(where, f"sweep.{key}", f"a zipped sweep key joins dotted keys with {ZIP!r}, e.g. "
+                                           "jobs.0.compression+jobs.0.compression_ratio; one of them is empty")
     seen: list[Any] = []
     items = []
     for item in values.value:
+        if len(targets) > 1 and not (item.is_list and len(item.value) == len(targets)):
+            raise error(item.where, f"sweep.{key}", f"each value of a sweep of {len(targets)} keys is a list of "
+                                                    f"{len(targets)} values, one per key, got "
+                                                    + (f"{len(item.value)}" if item.is_list else fmt(item.plain())))
         plain = item.plain()
         if plain in seen:
-            raise error(item.where, f"sweep.{key}", f"value {fmt(plain)} is listed twice")
+            raise error(item.where, f"sweep.{key}", f"value {_shown(plain)} is listed twice")
         seen.append(plain)
         items.append(_with_via(item, "sweep"))
-    return Sweep(key, key.split("."), items, where)
+    return Sweep(key, targets, items, where)
+
+
+def _shown(value: Any) -> str:
+    """A sweep value as the file writes it (a zipped point: [topk, 0.001, false])."""
+    if isinstance(value, list):
+        return "[" + ", ".join(v if isinstance(v, str) else _shown(v) for v in value) + "]"
+    return ("true" if value else "false") if isinstance(value, bool) else fmt(value)
 
 
 def _with_via(raw: Raw, via: str) -> Raw:
@@ -182,22 +218,34 @@ def apply_override(item: str, tree: Raw, sweeps: list[Sweep]) -> tuple[Raw, list
     if key.startswith("sweep."):
         sweep_key = key[len("sweep."):]
         if value.value is None:                      # --set sweep.mode=  removes that sweep
-            return tree, [s for s in sweeps if s.key != sweep_key]
+            named = {normal(part.strip().split(".")) for part in sweep_key.split(ZIP)}
+            return tree, [s for s in sweeps if set(s.normals()) != named]
         entry = _sweep_entry(sweep_key, value, where)
-        check_path(sweep_key, tree, where, "sweep key", all_topology_params=True)
-        kept = [s for s in sweeps if normal(s.parts) != normal(entry.parts)]
+        for parts in entry.targets:
+            check_path(".".join(parts), tree, where, "sweep key", all_topology_params=True)
+        kept = [s for s in sweeps if set(s.normals()) != set(entry.normals())]   # a zip's keys in any order
         return tree, kept + [entry]
     parts = check_path(key, tree, where, "key")
-    set_path(tree, parts, value)
     fixed = normal(parts)
+    for s in sweeps:
+        hit = [k for k in s.normals() if covers(fixed, k)]
+        if s.zipped and hit and len(hit) < len(s.targets):
+            raise error(where, "", f"{key} is one key of the zipped sweep {s.key!r}; its points set the keys "
+                                   f"together: give them anew, --set 'sweep.{s.key}=[[...], [...]]', or end "
+                                   f"the sweep, --set sweep.{s.key}=")
+    set_path(tree, parts, value)
     # A key fixed on the command line is no longer swept.
-    kept = [s for s in sweeps if not covers(fixed, normal(s.parts))]
+    kept = [s for s in sweeps if not any(covers(fixed, key) for key in s.normals())]
     return tree, kept
 
 
 def check_swept_base(tree: Raw, sweep: Sweep) -> None:
     """The file's own value of a swept key is replaced in every run, but a typo there is still one."""
-    parts = normal(sweep.parts).split(".")
+    for key in sweep.normals():
+        _check_base(tree, key.split("."))
+
+
+def _check_base(tree: Raw, parts: list[str]) -> None:
     node = tree
     for depth, part in enumerate(parts):
         if node.is_list and part.isdigit() and int(part) < len(node.value):
@@ -242,5 +290,5 @@ def labels(sweeps: list[Sweep]) -> list[str]:
         if len(parts) > 1 and parts[-1] == "kind" and not parts[-2].isdigit():
             return parts[-2]
         return parts[-1]
-    shorts = [short(s.parts) for s in sweeps]
+    shorts = [ZIP.join(short(parts) for parts in s.targets) for s in sweeps]
     return [sh if shorts.count(sh) == 1 else s.key for sh, s in zip(shorts, sweeps)]

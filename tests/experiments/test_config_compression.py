@@ -53,6 +53,14 @@ def test_compression_reaches_the_job_spec_and_round_trips(tmp_path):
     assert RunConfig.from_dict(run.to_dict()) == run
 
 
+def test_error_feedback_reaches_the_job_spec_and_round_trips(tmp_path):
+    run = load(tmp_path, job="    compression: topk\n    compression_ratio: 0.001\n    error_feedback: false").runs()[0]
+    assert run.jobs[0].error_feedback is False
+    assert JobSpec(**run.jobs[0].job_spec_kwargs()).error_feedback is False
+    assert RunConfig.from_dict(run.to_dict()) == run and run.to_dict()["jobs"][0]["error_feedback"] is False
+    assert load(tmp_path, job="    compression: topk").runs()[0].jobs[0].error_feedback is True
+
+
 def test_defaults_are_no_compression(tmp_path):
     job = load(tmp_path, job="").runs()[0].jobs[0]
     assert job.compression == "none" and JobSpec(**job.job_spec_kwargs()).compression == "none"
@@ -82,6 +90,14 @@ def test_schedule_entries_can_be_swept(tmp_path):
      "t.yaml:9: jobs.0.compression_ratio: must be above 0, got 0"),
     ("    compression: topk\n    compression_ratio: 1.5", SCHEDULE, "ps", "bmv2",
      "jobs.0.compression_ratio: must be at most 1, got 1.5"),
+    ("    compression: topk\n    error_feedback: maybe", SCHEDULE, "ps", "bmv2",
+     "t.yaml:9: jobs.0.error_feedback: expected true or false"),
+    ("    error_feedback: false", SCHEDULE, "generator", "bmv2",
+     "t.yaml:8: jobs.0.error_feedback: applies to ps and ring jobs, not to a generator job; remove it"),
+    ("    error_feedback: false", SCHEDULE, "ps", "bmv2",
+     "t.yaml:8: jobs.0.error_feedback: error_feedback false means nothing with compression none"),
+    ("    compression: adaptive\n    error_feedback: false", SCHEDULE, "ps", "bmv2",
+     "t.yaml:9: jobs.0.error_feedback: error_feedback false does not go with compression adaptive"),
     ("    compression: adaptive", SCHEDULE, "generator", "bmv2",
      "t.yaml:8: jobs.0.compression: applies to ps and ring jobs, not to a generator job; remove it"),
     ("", "  - {at_s: 5, link: s1-h9, bw: 2}", "ps", "bmv2", "t.yaml:13: schedule.0.link: s1 has no link to 'h9'"),
@@ -115,3 +131,18 @@ def test_shipped_compression_experiments_load(name):
     assert {"none", "int8"} <= methods
     if name == "netsense":
         assert all(r.schedule and r.schedule[0].link == ("s1", "h1") for r in exp.runs())
+
+
+def test_netsense_competing_sweeps_the_papers_baselines_under_competing_flows():
+    runs = load_experiment(EXPERIMENTS / "netsense-competing.yaml").runs()
+    assert [(r.jobs[0].compression, r.jobs[0].compression_ratio, r.jobs[0].error_feedback) for r in runs] == [
+        ("none", 0.01, True), ("topk", 0.01, False), ("topk", 0.001, False), ("topk", 0.005, True),
+        ("adaptive", 0.01, True)]
+    run = runs[0]
+    assert run.jobs[0].model == "digits-cnn" and 20 <= run.jobs[0].compute_ms <= 50
+    starts = [c for c in run.schedule if c.start]
+    assert len(starts) >= 2 and all(8 <= len(c.start) <= 16 for c in starts)
+    assert {f.cc for f in run.background} == {"cubic"} and {f.dst for f in run.background} == {"h1"}
+    drops = [c.bw for c in run.schedule if c.link == ("s1", "h1")]
+    fast = run.topology.params["bw"]
+    assert sum(10 <= fast / bw <= 25 for bw in drops) >= 2 and drops[-1] == fast

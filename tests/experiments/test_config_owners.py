@@ -13,7 +13,7 @@ from pcnlab.errors import UsageError
 from pcnlab.experiments.config import build, load_experiment
 from pcnlab.experiments.config.schema import JOB_KINDS, SECTIONS, TOPOLOGY_PARAMS, by_name
 from pcnlab.topologies import network, topos
-from pcnlab.workloads import catalog, specs
+from pcnlab.workloads import catalog, compression_methods, specs
 from pcnlab.workloads import process_config as workload_config
 
 GENERATOR = "jobs:\n  - {kind: generator, ps: h1, workers: 2}\n"
@@ -117,7 +117,8 @@ def test_every_default_is_its_owners():
     assert (dataplane.PortMode().k, dataplane.PortMode().k_pre) == (dataplane.K, dataplane.K_PRE)
     assert default(PlannerConfig, "k_pre") == default(LeadConfig, "k_pre") == dataplane.K_PRE
     owned = {"burst_bytes": workload_config.BURST_BYTES, "ltp_deadline_ms": workload_config.LTP_DEADLINE_MS,
-             "ltp_theta_min": workload_config.LTP_THETA_MIN}
+             "ltp_theta_min": workload_config.LTP_THETA_MIN, "compression_ratio": compression_methods.DEFAULT_RATIO,
+             "error_feedback": compression_methods.DEFAULT_ERROR_FEEDBACK}
     for key, value in owned.items():
         assert jobs[key].default == value == default(specs.JobSpec, key), key
         for cls in (workload_config.BurstConfig, workload_config.TrainConfig):

@@ -84,6 +84,73 @@ def test_sweep_of_host_lists_is_named_by_its_hosts(tmp_path):
 
 # --- overrides -----------------------------------------------------------------------------------
 
+ZIPPED = MINIMAL.replace("kind: generator", "kind: ps\n    model: digits-cnn") + """\
+sweep:
+  jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback:
+    - [none, 0.01, true]
+    - [topk, 0.001, false]
+    - [topk, 0.005, true]
+"""
+
+
+def test_a_zipped_sweep_sets_its_keys_together(tmp_path):
+    """Keys joined by + take one value each from every point: combinations, not their product."""
+    runs = load_experiment(write_file(tmp_path, ZIPPED + "  topology.bw: [10, 20]\n")).runs()
+    assert [r.name for r in runs[:4]] == [
+        "compression+compression_ratio+error_feedback=none+0.01+on,bw=10",
+        "compression+compression_ratio+error_feedback=none+0.01+on,bw=20",
+        "compression+compression_ratio+error_feedback=topk+0.001+off,bw=10",
+        "compression+compression_ratio+error_feedback=topk+0.001+off,bw=20"]
+    assert len(runs) == 6
+    jobs = [r.jobs[0] for r in runs[::2]]
+    assert [(j.compression, j.compression_ratio, j.error_feedback) for j in jobs] == [
+        ("none", 0.01, True), ("topk", 0.001, False), ("topk", 0.005, True)]
+    assert runs[2].sweep["jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback"] == ["topk", 0.001, False]
+    # --set sweep.<the zipped key>=[...] replaces it, its keys in any order; --set sweep.<the zipped key>= ends it
+    two = load_experiment(tmp_path / "exp.yaml", [
+        "sweep.jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback=[[adaptive, 0.01, true]]"]).runs()
+    assert [r.jobs[0].compression for r in two] == ["adaptive", "adaptive"]
+    turned = load_experiment(tmp_path / "exp.yaml", [
+        "sweep.jobs.0.error_feedback+jobs.0.compression+jobs.0.compression_ratio=[[false, int8, 0.01]]"]).runs()
+    assert [(r.jobs[0].compression, r.jobs[0].error_feedback) for r in turned] == [("int8", False)] * 2
+    fixed = load_experiment(tmp_path / "exp.yaml", [
+        "sweep.jobs.0.compression_ratio+jobs.0.error_feedback+jobs.0.compression=", "jobs.0.compression=int8"]).runs()
+    assert {r.jobs[0].compression for r in fixed} == {"int8"} and len(fixed) == 2
+
+
+def test_set_of_one_key_of_a_zipped_sweep_is_refused(tmp_path):
+    """Fixing one key of a zip would silently drop its other keys' points: say how to replace or end it."""
+    write_file(tmp_path, ZIPPED)
+    zipped = "jobs.0.compression+jobs.0.compression_ratio+jobs.0.error_feedback"
+    with pytest.raises(UsageError) as err:
+        load_experiment(tmp_path / "exp.yaml", ["jobs.0.compression=int8"])
+    message = str(err.value)
+    assert message.startswith("--set jobs.0.compression=int8: ") and "\n" not in message
+    assert f"the zipped sweep {zipped!r}" in message
+    assert f"--set 'sweep.{zipped}=[[...], [...]]'" in message and message.endswith(f"--set sweep.{zipped}=")
+
+
+@pytest.mark.parametrize("sweep, fragment", [
+    ("  jobs.0.compression+jobs.0.compression_ratio: [[topk, 0.01], topk]",
+     "sweep.jobs.0.compression+jobs.0.compression_ratio: each value of a sweep of 2 keys is a list of 2 values"),
+    ("  jobs.0.compression+jobs.0.compression_ratio: [[topk]]", "is a list of 2 values, one per key, got 1"),
+    ("  jobs.0.compression+jobs.0.ratio: [[topk, 0.01]]", "sweep key 'jobs.0.ratio' does not exist"),
+    ("  jobs.0.compression+jobs.0.compression_ratio: [[topk, 2]]", "jobs.0.compression_ratio (sweep value): must be at most 1"),
+    ("  jobs.0.compression+: [[topk, 1]]", "one of them is empty"),
+    ("  jobs.0.compression+jobs.0.compression_ratio: [[topk, 0.01]]\n  jobs.0.compression: [int8]",
+     "overlaps"),
+    ("  jobs.0.compression+jobs.0.compression: [[topk, int8]]",
+     "'jobs.0.compression' appears twice in the zipped key"),
+    ("  jobs.0.compression+jobs.0.compression_ratio: [[topk, 0.01], [topk, 0.01]]",
+     "sweep.jobs.0.compression+jobs.0.compression_ratio: value [topk, 0.01] is listed twice"),
+])
+def test_bad_zipped_sweeps_are_one_line_errors(tmp_path, sweep, fragment):
+    text = MINIMAL.replace("kind: generator", "kind: ps") + "sweep:\n" + sweep + "\n"
+    with pytest.raises(UsageError) as err:
+        load_experiment(write_file(tmp_path, text))
+    assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
 def test_overrides_set_values_and_fix_swept_keys():
     exp = load_experiment(EXPERIMENTS / "pcn-back-to-back.yaml",
                           ["mode=pcn", "repetitions=1", "mode.K_pre=5", "duration_s=10", "telemetry=off",

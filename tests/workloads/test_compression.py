@@ -162,10 +162,12 @@ def test_a_message_carries_its_level_and_length():
     ("topk", 1.5, "ring", "ratio must be in (0, 1]"),
     ("adaptive", None, "generator", "needs a PyTorch job"),
     ("int8", None, "generator", "needs a PyTorch job"),
+    ("none", 0.01, "ps", "error_feedback false means nothing with compression none"),
+    ("adaptive", 0.01, "ring", "error_feedback false does not go with compression adaptive: its policy's costs"),
 ])
 def test_bad_settings_are_one_line_errors(method, ratio, kind, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")) as exc:
-        check_compression(method, ratio, kind)
+        check_compression(method, ratio, kind, error_feedback="error_feedback" not in message)
     assert "\n" not in str(exc.value)
 
 
@@ -173,4 +175,34 @@ def test_good_settings_pass():
     for kind in ("ps", "ring"):
         for method in ("none", "topk", "randk", "int8", "sign", "adaptive"):
             check_compression(method, 0.01, kind)
+        for method in ("topk", "randk", "int8", "sign"):
+            check_compression(method, 0.01, kind, error_feedback=False)
     check_compression("none", None, "generator")
+
+
+@pytest.mark.parametrize("codec", [Codec("topk", 0.01), Codec("topk", 0.001)])
+def test_without_error_feedback_what_a_payload_leaves_out_is_lost(codec):
+    """error_feedback: false (NetSenseML's fixed top-k baselines): every payload is the codec of that
+    iteration's gradient alone, and no residual carries the rest into the next."""
+    ef = ErrorFeedback(N, enabled=False)
+    gen = torch.Generator().manual_seed(3)
+    lost = torch.zeros(N, dtype=torch.float64)
+    for step in range(5):
+        g = gradient(seed=step)
+        payload, sent = ef.compress(g, codec, gen)
+        assert torch.equal(payload, codec.encode(g)) and torch.equal(sent, codec.decode(payload, N))
+        assert torch.count_nonzero(ef.residual) == 0
+        lost += (g - sent).double()
+    assert float(lost.abs().sum()) > 0.5 * float(sum(gradient(seed=s).abs().sum() for s in range(5)))
+
+
+def test_a_worker_without_error_feedback_keeps_no_residual_per_shard():
+    grads = [gradient(seed=1), gradient(n=500, seed=2)]
+    ladder = (Codec("topk", 0.005),)
+    with_ef, without = WorkerSync(ladder, [N, 500]), WorkerSync(ladder, [N, 500], error_feedback=False)
+    for _ in range(2):
+        with_ef.encode(grads, 0)
+        sent = without.encode(grads, 0)
+    assert all(torch.count_nonzero(f.residual) > 0 for f in with_ef.feedback)
+    assert all(torch.count_nonzero(f.residual) == 0 for f in without.feedback)
+    assert all(torch.equal(unpack(m)[1], ladder[0].encode(g)) for m, g in zip(sent, grads))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from pcnlab.jsonlines import read_json_lines
 from pcnlab.workloads import JobSpec, Workloads
 from pcnlab.workloads.compression import HEADER_BYTES, Codec
 from pcnlab.workloads.netsense import LADDER
@@ -69,3 +70,14 @@ def test_adaptive_logs_what_it_sensed_and_decided(tmp_path):
     assert {r["compression"]["level"] for r in worker[3:]} == {0}
     # The PS answers at the level the worker used.
     assert [r["compression"]["level"] for r in job.records("ps0")] == [r["compression"]["level"] for r in worker]
+
+
+@pytest.mark.slow
+def test_a_ps_job_without_error_feedback_tells_its_ranks_and_sends_the_codecs_bytes_both_ways(tmp_path):
+    job = run(tmp_path, kind="ps", servers=("h1",), workers=("h2",), compression="topk", compression_ratio=0.01,
+              error_feedback=False, iterations=10)
+    assert all(read_json_lines(log)[0]["config"]["error_feedback"] is False for log in job.logs.values())
+    message = Codec("topk", 0.01).wire_bytes(N) + HEADER_BYTES
+    worker = job.records("worker0")
+    assert len(worker) == 10
+    assert {r["bytes_sent"] for r in worker} == {message} and {r["bytes_recv"] for r in worker} == {message}

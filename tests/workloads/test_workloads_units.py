@@ -95,3 +95,14 @@ def test_a_reply_of_none_is_the_burst_size_and_one_number_crosses_into_the_proce
     assert JobSpec(name="g", kind="burst", servers=("h1",), workers=("h2",), burst_bytes=30_000,
                    reply_bytes=0).reply_size == 0
     assert parse_config(BurstConfig, to_argv(BurstConfig(reply_bytes=same.reply_size))).reply_bytes == 30_000
+
+
+def test_error_feedback_crosses_from_the_spec_into_the_process(tmp_path):
+    """A job's error_feedback reaches its ranks' TrainConfig (the launcher) and their command line."""
+    for on in (True, False):
+        spec = JobSpec(name="j", kind="ps", servers=("h1",), workers=("h2",), model="digits-cnn",
+                       compression="topk", compression_ratio=0.001, error_feedback=on)
+        cfg = Workloads(tmp_path)._process_config(spec, "worker0", 1, "h2", 29500, tmp_path / "w.jsonl",
+                                                  tmp_path, "")
+        assert cfg.error_feedback is on
+        assert parse_config(TrainConfig, to_argv(cfg)).error_feedback is on
