@@ -225,11 +225,18 @@ def job_iterations(run: RunData) -> dict:
     return out
 
 
-def iteration_metrics(table: pd.DataFrame) -> dict:
+def iteration_metrics(table: pd.DataFrame, rate_mbps: float | None = None) -> dict:
+    """Per-iteration figures at the bottleneck; with its rate, the share of it the iteration's own and the
+    background's packets used during its BCT ("Is Network the Bottleneck for Distributed Training?":
+    utilisation during communication, beside the what-if ideal B/R in bct_over_ideal)."""
     ratio = table["bct_ms"] / table["ideal_ms"] if not table.empty else []
-    return {"start_queue_pkts": stats(table["start_queue"]), "max_queue_pkts": stats(table["max_queue"]),
-            "bct_ms": stats(table["bct_ms"]), "bct_over_ideal": stats(ratio),
-            "ddl_mbps": stats(table["ddl_mbps"]), "background_mbps": stats(table["background_mbps"])}
+    out = {"start_queue_pkts": stats(table["start_queue"]), "max_queue_pkts": stats(table["max_queue"]),
+           "bct_ms": stats(table["bct_ms"]), "bct_over_ideal": stats(ratio),
+           "ddl_mbps": stats(table["ddl_mbps"]), "background_mbps": stats(table["background_mbps"])}
+    if rate_mbps:
+        out["ddl_utilisation"] = stats(table["ddl_mbps"] / rate_mbps)
+        out["link_utilisation"] = stats((table["ddl_mbps"] + table["background_mbps"]) / rate_mbps)
+    return out
 
 
 def analyse_run(run_dir: Path, plots: bool = True) -> dict:
@@ -256,7 +263,7 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
             out["bottleneck"] = {"switch": neck[0], "port": neck[1], "rate_pps": rate,
                                  "rate_mbps": rate_mbps(rate) if rate else None}
             out["iterations"] = {**it.count_check(table, it.expected_iterations(run.iterations, run.jobs, span)),
-                                 **iteration_metrics(table)}
+                                 **iteration_metrics(table, rate_mbps(rate) if rate else None)}
             out.update(queue_metrics(at, table, every))
             out["switch_bursts"] = switch_bursts(at, run.jobs)
         out["burstiness"] = m.burstiness(queue[queue["data"]])

@@ -64,3 +64,14 @@ def test_mean_ci95():
     assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / np.sqrt(3))  # t(0.975; 2) = 4.302653
     assert mean_ci95([5.0])[0] == 5.0
 
+
+
+def test_iteration_metrics_give_the_link_share_used_during_each_iteration():
+    from pcnlab.analysis.metrics import iteration_metrics
+    table = pd.DataFrame({"start_queue": [5, 7], "max_queue": [30, 40], "bct_ms": [100.0, 200.0],
+                          "ideal_ms": [50.0, 50.0], "ddl_mbps": [8.0, 4.0], "background_mbps": [10.0, 14.0]})
+    out = iteration_metrics(table, rate_mbps=20.0)
+    assert out["bct_over_ideal"]["mean"] == pytest.approx(3.0)
+    assert out["ddl_utilisation"]["mean"] == pytest.approx(0.3)     # 8 and 4 of 20 Mbit/s
+    assert out["link_utilisation"]["mean"] == pytest.approx(0.9)    # 18 of 20 both times
+    assert "link_utilisation" not in iteration_metrics(table)       # no rate known: not guessed
