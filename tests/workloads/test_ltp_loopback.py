@@ -171,3 +171,131 @@ def test_a_sender_waiting_for_delayed_acknowledgements_sleeps():
     finally:
         sender.close()
         ps.close()
+
+
+def _ack_of(raw: bytes, tag: int, rank: int, lay: Layout):
+    from pcnlab.workloads.ltp.wire import parse_ack
+
+    return parse_ack(raw, tag, rank, lay)
+
+
+def test_the_ps_pulls_what_a_worker_lacks_once_its_last_datagram_is_in():
+    """A worker (raw socket) sends every chunk but one, the last flagged LAST: the PS's answer to it is a
+    PULL naming the missing chunk, answers before it are plain; silent afterwards, the worker is pulled
+    again on the PS's own timer (NO_ECHO); the missing chunk completes the iteration."""
+    from pcnlab.workloads.ltp.wire import FLAG_LAST, NO_ECHO, mask_of
+
+    lay = Layout([360 * 6])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=5.0))
+    w1 = _raw(W1)
+    w1.settimeout(2)
+    try:
+        order = [0, 1, 3, 4, 5]                       # chunk 2 is "lost"
+        answers = []
+        for seq, c in enumerate(order):
+            flags = FLAG_LAST if c == order[-1] else 0
+            w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, flags, 0, seq, 0, 360 * c,
+                                      np.full(360, c, dtype=np.float32), 1000)), (PS, port))
+            answers.append(_ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay))
+        assert [a.pull for a in answers] == [False] * 4 + [True]
+        pull = answers[-1]
+        assert pull.echo_seq == 4 and mask_of(pull.bitmap, lay.chunks).tolist() == [True, True, False, True, True, True]
+        again = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)     # silent: pulled again (srtt 1 ms: after 5 ms)
+        assert again.pull and again.echo_seq == NO_ECHO and not again.closed
+        w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, FLAG_LAST, 0, 5, 0, 720,
+                                  np.full(360, 2, dtype=np.float32), 1000)), (PS, port))
+        closed = server.wait(0, 2)
+        assert closed.reason == "complete" and closed.stats["ltp_pulls"] >= 2
+        assert closed.grad[0].tolist() == np.repeat(np.arange(6, dtype=np.float32), 360).tolist()
+    finally:
+        w1.close()
+        server.stop()
+
+
+def test_a_pulled_sender_resends_at_once_not_at_its_timers():
+    """The PS (raw socket) gets all 6 chunks but one and answers the last with a PULL: the sender resends
+    the missing chunk at once, although its timers (an RTT of 2 s measured before: RACK's reordering
+    window alone is 0.4 s) would wait far longer."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import FLAG_PULL, bitmap_of, pack_ack, parse_data
+
+    lay = Layout([360 * 6])
+    ps = _raw(PS)
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(2.0)
+    sender.window.cwnd = 8.0
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        got = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(lay.chunks)]
+        assert [d.last for d in got] == [False] * 5 + [True]
+        lost = got[1].chunk
+        mask = np.ones(lay.chunks, dtype=bool)
+        mask[lost] = False
+        pulled_at = time.monotonic()
+        ps.sendto(pack_ack(tag, 1, FLAG_PULL, 0, got[-1].seq, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        again, _ = ps.recvfrom(MAX_DATAGRAM)
+        resent_after = time.monotonic() - pulled_at
+        again = parse_data(again, tag, lay)
+        assert again.chunk == lost and again.last and resent_after < 0.1, resent_after
+        ps.sendto(pack_ack(tag, 1, 0, 0, again.seq, lay.chunks, bitmap_of(np.ones(lay.chunks, dtype=bool))),
+                  (W1, _port_of(sender)))
+        thread.join(5)
+        assert out["r"].outcome == "complete" and out["r"].pulled == 1 and out["r"].retransmissions == 1
+    finally:
+        sender.close()
+        ps.close()
+
+
+def _port_of(sender: LtpSender) -> int:
+    return sender.sock.getsockname()[1]
+
+
+def test_acknowledgements_that_waited_in_a_queue_end_the_timers_backoff():
+    """The PS (raw socket) holds its acknowledgements 150 ms, as a PS's host queue full of parameters
+    does, while the sender's timer (RTT 2 ms) fires again and again; the late acknowledgements of the
+    first transmissions are RTT samples and prove the timeouts spurious: the window comes back."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import FLAG_CLOSED, bitmap_of, pack_ack, parse_data
+
+    lay = Layout([360 * 8])
+    ps = _raw(PS)
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(0.002)
+    sender.window.cwnd = 4.0
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
+        held = time.monotonic() + 0.15
+        while time.monotonic() < held:                 # the timer's retransmissions: read, not answered
+            ps.settimeout(max(0.001, held - time.monotonic()))
+            try:
+                ps.recvfrom(MAX_DATAGRAM)
+            except TimeoutError:
+                pass
+        mask = np.zeros(lay.chunks, dtype=bool)
+        for d in first:                                # the held answers to the first four, in order
+            mask[d.chunk] = True
+            ps.sendto(pack_ack(tag, 1, 0, 0, d.seq, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        time.sleep(0.05)
+        ps.sendto(pack_ack(tag, 1, FLAG_CLOSED, 0, 0xFFFFFFFF, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        thread.join(5)
+        r = out["r"]
+        assert r.outcome == "closed" and r.timeouts >= 2
+        assert r.spurious_timeouts >= 1 and r.cwnd >= 4.0, r
+        assert r.srtt_us > 20_000, r                   # the late answers were measured
+        assert sender.rtt.backoff == 0
+    finally:
+        sender.close()
+        ps.close()

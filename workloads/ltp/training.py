@@ -38,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.ltp.earlyclose import COMPLETE, EarlyClose
+from pcnlab.workloads.ltp.earlyclose import COMPLETE, EarlyClose, hard_deadline_s
 from pcnlab.workloads.ltp.fill import bubble_fill
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
@@ -72,7 +72,7 @@ def serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test
     grad_tag, param_tag = _tags(cfg)
     server = LtpServer((cfg.addr or "0.0.0.0", gradient_port(cfg, cfg.rank)), grad_tag,
                        {w: addresses[w] for w in workers}, layout,
-                       EarlyClose(cfg.ltp_deadline_ms / 1e3, cfg.ltp_theta_min))
+                       EarlyClose(hard_deadline_s(cfg.ltp_deadline_ms), cfg.ltp_theta_min))
     senders = {w: LtpSender((addresses[w], params_port(cfg, cfg.rank)), param_tag, cfg.rank, layout, seed=cfg.seed,
                             bind_addr=cfg.addr, idle_timeout_s=cfg.timeout_s,
                             min_window=min(layout.chunks, PARAMS_WINDOW)) for w in workers}
@@ -146,6 +146,7 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
     # Full delivery: theta 1 (never closed before every chunk is in), the job's timeout as the deadline.
     receivers = [LtpServer((cfg.addr or "0.0.0.0", params_port(cfg, s)), param_tag, {s: addresses[s]}, lay,
                            EarlyClose(cfg.timeout_s, theta_min=1.0)) for s, lay in enumerate(layouts)]
+    give_up_s = hard_deadline_s(cfg.ltp_deadline_ms) or cfg.timeout_s
     dist.barrier()
     try:
         for it in range(cfg.iterations):
@@ -154,7 +155,7 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
                 announce=(lambda t: ann.before(t, it)) if ann else None)
             comm_start = time.monotonic_ns()
             outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
-            results = [sender.send(it, g.numpy(), cfg.ltp_deadline_ms / 1e3) for sender, g in zip(senders, outgoing)]
+            results = [sender.send(it, g.numpy(), give_up_s) for sender, g in zip(senders, outgoing)]
             sent_end = time.monotonic_ns()
             for s, (receiver, ps) in enumerate(zip(receivers, per_shard)):
                 closed = receiver.wait(it, cfg.timeout_s)
