@@ -299,3 +299,101 @@ def test_acknowledgements_that_waited_in_a_queue_end_the_timers_backoff():
     finally:
         sender.close()
         ps.close()
+
+
+def test_an_automatic_deadline_comes_from_the_rate_the_ps_measured():
+    """ltp_deadline_ms: auto. A worker (raw socket) paces 24 chunks 2 ms apart: the PS measures the rate
+    its gradient bytes arrived at (kernel timestamps), and the next iteration's deadline is 3 ideal
+    exchanges at that rate plus the RTT the worker reports."""
+    import time
+
+    from pcnlab.workloads.ltp.earlyclose import AUTO_FACTOR, UNMEASURED_DEADLINE_S
+    from pcnlab.workloads.ltp.wire import FLAG_LAST
+
+    lay = Layout([360 * 24])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=None))
+    w1 = _raw(W1)
+    try:
+        for it in range(2):
+            for c in range(lay.chunks):
+                w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, FLAG_LAST if c == lay.chunks - 1 else 0,
+                                          it, 100 * it + c, 0, 360 * c, np.zeros(360, dtype=np.float32), 3000)),
+                          (PS, port))
+                time.sleep(0.002)
+            closed = server.wait(it, 2)
+            assert closed.reason == "complete"
+            if it == 0:
+                assert closed.stats["ltp_deadline_ms"] == UNMEASURED_DEADLINE_S * 1e3
+                paced = 8 * 1440 / 0.002 / 1e6                      # Mbit/s of gradient at 2 ms a chunk
+                assert 0.5 * paced < closed.stats["ltp_peak_mbps"] <= 1.1 * paced, closed.stats
+                rate = closed.stats["ltp_peak_mbps"] * 1e6 / 8
+            else:
+                ideal = 4 * lay.total / rate
+                assert closed.stats["ltp_deadline_ms"] == pytest.approx(1e3 * (AUTO_FACTOR * ideal + 0.003), rel=1e-3)
+            server.release(it)
+    finally:
+        w1.close()
+        server.stop()
+
+
+def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_its_timer():
+    """The tail of a worker's window is lost before its LAST: the PS, hearing nothing from it for two of
+    its RTTs, pulls it (NO_ECHO); the sender (RTT 0.5 s measured before: a timer of 1.5 s) takes every
+    missing chunk sent at least its minimum RTT ago as lost and resends them first, at once."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import FLAG_PULL, NO_ECHO, bitmap_of, pack_ack, parse_data
+
+    lay = Layout([360 * 6])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=5.0))
+    w1 = _raw(W1)
+    w1.settimeout(2)
+    try:                                                 # the PS's side: two chunks, then silence
+        for seq in range(2):
+            w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, 0, 0, seq, 0, 360 * seq,
+                                      np.zeros(360, dtype=np.float32), 2000)), (PS, port))
+            assert not _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay).pull
+        started = time.monotonic()
+        pull = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
+        assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 0.1
+    finally:
+        w1.close()
+        server.stop()
+
+    ps = _raw(PS)                                        # the sender's side
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(0.5)
+    sender.window.cwnd = 4.0
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
+        mask = np.zeros(lay.chunks, dtype=bool)
+        mask[first[0].chunk] = True                      # the last three of the window "lost"
+        ps.sendto(pack_ack(tag, 1, 0, 0, first[0].seq, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        time.sleep(0.55)                                 # the window moved on meanwhile (read below)
+        ps.sendto(pack_ack(tag, 1, FLAG_PULL, 0, NO_ECHO, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        resent, until = set(), time.monotonic() + 0.1
+        while time.monotonic() < until:
+            ps.settimeout(max(0.001, until - time.monotonic()))
+            try:
+                d = parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay)
+            except TimeoutError:
+                continue
+            if d.flags & 0x01:                           # a retransmission
+                resent.add(d.chunk)
+        # at once, first the window's lost tail, as many as the halved window lets out (no answer comes)
+        assert resent and resent <= {d.chunk for d in first[1:]}, resent
+        ps.sendto(pack_ack(tag, 1, 0x01, 0, NO_ECHO, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        thread.join(5)
+        assert out["r"].outcome == "closed" and out["r"].pulled >= 3
+    finally:
+        sender.close()
+        ps.close()

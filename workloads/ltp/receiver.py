@@ -21,8 +21,11 @@ Datagrams the socket's buffer overflowed on are counted too (SO_RXQ_OVFL: `rcvbu
 The receiver-driven pull: once a worker's LAST datagram is in (it has sent every chunk once), every
 acknowledgement the PS sends it while chunks are missing is a PULL (wire.py): what the bitmap lacks
 and is older than the datagram acknowledged is lost, and the worker sends it again first, without
-waiting for its own timers. If such a worker then falls silent for PULL_RTTS of its smoothed RTT
-(at least MIN_PULL_S), the PS pulls on its own (NO_ECHO: resend all that is missing). The PS also
+waiting for its own timers. A worker that has sent part of its gradient and then falls silent for
+PULL_RTTS of its smoothed RTT (at least MIN_PULL_S), LAST in or not, is pulled on the PS's own timer
+(NO_ECHO: resend all that is missing): on ltp-incast.yaml the iterations that reached the deadline
+had a worker whose last transmissions before its LAST were lost, waiting for its retransmission
+timer (1.5 x the recent peak RTT: 150 ms and more behind the PS's parameters). The PS also
 measures how fast its port delivers gradient bytes (the fastest RATE_SPAN consecutive new chunks of
 an iteration, by the kernel's arrival timestamps), from which an automatic deadline is derived
 (earlyclose.py).
@@ -231,8 +234,8 @@ class LtpServer:
 
     @staticmethod
     def _waiting(slot: _Slot) -> np.ndarray:
-        """The rows whose LAST is in and whose gradient is not: what a pull is for."""
-        return slot.done & ~slot.mask.all(axis=1)
+        """The rows that have sent part of their gradient and not all of it: what a pull is for."""
+        return (slot.heard_ns > 0) & ~slot.mask.all(axis=1)
 
     def _next_pull(self, slot: _Slot) -> float | None:
         rows = np.flatnonzero(self._waiting(slot))
@@ -241,8 +244,8 @@ class LtpServer:
         return min(slot.heard_ns[r] / 1e9 + max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[r]) for r in rows)
 
     def _pull_silent(self, slot: _Slot, now_ns: int) -> None:
-        """Pull (NO_ECHO) from each worker whose LAST is in, whose gradient is not, and that has been
-        silent PULL_RTTS of its smoothed RTT since its latest datagram or pull."""
+        """Pull (NO_ECHO) from each worker whose gradient is partly in and that has been silent
+        PULL_RTTS of its smoothed RTT since its latest datagram or pull."""
         for row in np.flatnonzero(self._waiting(slot)):
             rank = self.ranks[row]
             wait_ns = 1e9 * max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[row])

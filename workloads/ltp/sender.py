@@ -236,10 +236,15 @@ class LtpSender:
                           dict(self.rejected), pulled, self.window.undone - undone0)
 
     def _pulled(self, newest: int, outstanding: dict, acked: np.ndarray, pending: deque) -> int:
-        """The PS pulled what it lacks: every transmission older than `newest` (the newest it got; all
-        of them for NO_ECHO) of a chunk still missing is lost. Its chunk goes to the front of the queue,
-        once; a chunk already queued stays where it is. Returns the chunks queued."""
-        lost = [seq for seq, (c, _) in outstanding.items() if not acked[c] and (newest == NO_ECHO or seq < newest)]
+        """The PS pulled what it lacks: every transmission older than `newest` (the newest it got; for
+        NO_ECHO, the PS's pull of a silent worker, every one sent at least the minimum RTT ago: a newer
+        one cannot have reached the PS before the pull left it) of a chunk still missing is lost. Its
+        chunk goes to the front of the queue, once; a chunk already queued stays where it is. Returns
+        the chunks queued."""
+        now = time.monotonic()
+        settled = now - (self.rtt.min_rtt or 0.0)
+        lost = [seq for seq, (c, t) in outstanding.items()
+                if not acked[c] and (seq < newest if newest != NO_ECHO else t <= settled)]
         if not lost:
             return 0
         self.window.on_loss(lost[0], self.seq - 1)
