@@ -397,3 +397,32 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
     finally:
         sender.close()
         ps.close()
+
+
+def test_a_send_is_released_when_the_caller_learns_the_other_end_has_it_all():
+    """The PS's parameters reached a worker but its acknowledgements were lost: the PS learns it from
+    the worker's next gradient and releases the send, which ends at once instead of at its timer."""
+    import time
+
+    lay = Layout([360 * 4])
+    ps = _raw(PS)                                        # a receiver that reads and never answers
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(0.5)                               # a timer of 1.5 s
+    release = threading.Event()
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(
+        r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0, release)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        for _ in range(lay.chunks):
+            ps.recvfrom(MAX_DATAGRAM)
+        released_at = time.monotonic()
+        release.set()
+        thread.join(2)
+        assert not thread.is_alive() and out["r"].outcome == "released"
+        assert time.monotonic() - released_at < 0.1 and out["r"].timeouts == 0
+    finally:
+        sender.close()
+        ps.close()

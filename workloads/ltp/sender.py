@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import select
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -44,12 +45,14 @@ from pcnlab.workloads.ltp.wire import (DATA_HEADER, FLAG_LAST, FLAG_RETRANSMISSI
                                        VERSION, DATA, Layout, Rejected, mask_of, parse_ack)
 
 SOCKET_BUFFER = 1 << 20
+STOP_POLL_S = 0.005               # how often a send that may be released (`stop`) looks
 
 
 @dataclass
 class SendResult:
     iter: int
     outcome: str                  # complete | closed (the PS closed it) | deadline (this sender gave up)
+                                  # | released (the caller learned the other end has it all: `stop`)
     chunks: int
     acked_chunks: int
     datagrams: int                # transmissions, retransmissions included
@@ -120,9 +123,10 @@ class LtpSender:
             except ConnectionRefusedError:    # an ICMP unreachable from an earlier datagram: the PS is
                 pass                          # not listening yet (or is gone: the idle timeout decides)
 
-    def send(self, it: int, flat: np.ndarray, deadline_s: float) -> SendResult:
+    def send(self, it: int, flat: np.ndarray, deadline_s: float, stop: threading.Event | None = None) -> SendResult:
         """Send iteration `it`'s gradient (`flat`: the layout's tensors, flattened, float32) until every
-        chunk is acknowledged, the PS closes the iteration, or `deadline_s` has passed."""
+        chunk is acknowledged, the PS closes the iteration, `deadline_s` has passed, or `stop` is set (the
+        caller learned otherwise that the other end has everything: outcome released)."""
         lay = self.layout
         raw = np.ascontiguousarray(flat, dtype="<f4").tobytes()
         if len(raw) != 4 * lay.total:
@@ -146,6 +150,9 @@ class LtpSender:
         outcome = ""
         buf = bytearray(MAX_DATAGRAM)
         while not outcome:
+            if stop is not None and stop.is_set():
+                outcome = "released"
+                break
             if not outstanding and not pending:       # nothing in flight, nothing queued: send what is missing
                 pending.extend(int(c) for c in np.flatnonzero(~acked))
             while len(outstanding) < max(self.window.allowed(), self.min_window) and pending:
@@ -178,6 +185,8 @@ class LtpSender:
                 # one spun this loop at 100 % CPU for as long as an incast queue held the datagrams).
                 if oldest < rack_xmit:
                     wake = min(wake, oldest + rack_rtt + self.rtt.reorder_window())
+            if stop is not None:
+                wake = min(wake, now + STOP_POLL_S)
             readable, _, _ = select.select([self.sock], [], [], max(0.0, wake - now))
             now = time.monotonic()
             if readable:
