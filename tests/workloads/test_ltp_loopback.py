@@ -327,8 +327,8 @@ def test_an_automatic_deadline_comes_from_the_rate_the_ps_measured():
             if it == 0:
                 assert closed.stats["ltp_deadline_ms"] == UNMEASURED_DEADLINE_S * 1e3
                 paced = 8 * 1440 / 0.002 / 1e6                      # Mbit/s of gradient at 2 ms a chunk
-                assert 0.5 * paced < closed.stats["ltp_peak_mbps"] <= 1.1 * paced, closed.stats
-                rate = closed.stats["ltp_peak_mbps"] * 1e6 / 8
+                assert 0.5 * paced < closed.stats["ltp_rate_mbps"] <= 1.1 * paced, closed.stats
+                rate = closed.stats["ltp_rate_mbps"] * 1e6 / 8
             else:
                 ideal = 4 * lay.total / rate
                 assert closed.stats["ltp_deadline_ms"] == pytest.approx(1e3 * (AUTO_FACTOR * ideal + 0.003), rel=1e-3)

@@ -261,3 +261,20 @@ def test_the_automatic_deadline_is_derived_from_the_ideal_exchange():
     assert EarlyClose(deadline_s=0.3).deadline_for(300_000, 0.01) == 0.3        # a number stays a number
     fast = EarlyClose(deadline_s=None, rate=1e12)
     assert fast.deadline_for(1000, 0.0) == MIN_DEADLINE_S
+
+
+def test_the_port_rate_is_not_taken_from_bunched_arrivals():
+    """What the automatic deadline divides by: 64 chunks 1 ms apart (1.44 MB/s of gradient), with 16 of
+    them bunched within 16 µs (as a switch or the kernel sometimes hands them over): the rate stays the
+    port's, where the fastest 16 read more than 10 times it."""
+    from pcnlab.workloads.ltp.receiver import _Slot
+
+    slot = _Slot(1, Layout([360 * 64]))
+    slot.reset(0)
+    t = 0
+    for i in range(64):
+        t += 1_000 if 24 <= i < 40 else 1_000_000
+        slot.arrived(t, 1440)
+    assert slot.port_rate == pytest.approx(1.44e6, rel=0.01)
+    fastest = max(16 * 1440 / ((sum(slot.gaps_ns[i:i + 16])) / 1e9) for i in range(len(slot.gaps_ns) - 16))
+    assert fastest > 10 * slot.port_rate

@@ -14,8 +14,9 @@ The PS closes an iteration (and every worker stops sending it) at the first of:
   arrived (a worker short of theta, or silent, is filled in: fill.py). A number (`deadline_s`), or
   derived from the ideal exchange (`deadline_s` None, the YAML's `ltp_deadline_ms: auto`):
   AUTO_FACTOR x (every worker's gradient bytes / the rate the PS's port delivers them at) + the largest
-  smoothed RTT the workers report. The rate is measured at the PS (receiver.py: the fastest RATE_SPAN
-  datagrams of each iteration by their kernel arrival times, averaged over iterations like the loss);
+  smoothed RTT the workers report. The rate is measured at the PS (receiver.py: a chunk's median size
+  over the median gap between new chunks by their kernel arrival times, averaged over iterations like
+  the loss);
   until one iteration has measured it the deadline is UNMEASURED_DEADLINE_S. Why 3: counted from the
   first datagram, the port takes every gradient once (one ideal exchange), and where the workers start
   as the PS's own link delivers their parameters (ltp-incast.yaml: the same bytes over the same rate)
@@ -59,7 +60,7 @@ class EarlyClose:
     deadline_s: float | None      # None: derived from the ideal exchange (auto)
     theta_min: float = 0.8
     loss: float = 0.0             # the loss estimate (EWMA over iterations)
-    rate: float | None = None     # auto: the port's rate, gradient bytes/s (EWMA of each iteration's peak)
+    rate: float | None = None     # auto: the port's rate, gradient bytes/s (EWMA over iterations)
 
     def __post_init__(self):
         if self.deadline_s is not None and not 0 < self.deadline_s:
@@ -71,12 +72,12 @@ class EarlyClose:
     def theta(self) -> float:
         return min(1.0, max(self.theta_min, 1.0 - GAIN * self.loss))
 
-    def learn(self, loss_rate: float, peak_rate: float | None = None) -> None:
-        """After an iteration: the share of its transmissions that were lost, and the fastest its
-        gradient bytes arrived (bytes/s; None: not measured)."""
+    def learn(self, loss_rate: float, port_rate: float | None = None) -> None:
+        """After an iteration: the share of its transmissions that were lost, and the rate its gradient
+        bytes arrived at (bytes/s; None: not measured)."""
         self.loss = (1 - ALPHA) * self.loss + ALPHA * min(max(loss_rate, 0.0), 1.0)
-        if peak_rate is not None and peak_rate > 0:
-            self.rate = peak_rate if self.rate is None else (1 - ALPHA) * self.rate + ALPHA * peak_rate
+        if port_rate is not None and port_rate > 0:
+            self.rate = port_rate if self.rate is None else (1 - ALPHA) * self.rate + ALPHA * port_rate
 
     def deadline_for(self, total_bytes: int, rtt_s: float) -> float:
         """The hard deadline of an iteration of `total_bytes` (every worker's gradient)."""
