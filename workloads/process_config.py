@@ -2,7 +2,8 @@
 
 Each process started inside a host is `python -m pcnlab.workloads.<module> --field value ...`; the
 launcher builds that command line from the dataclass with `to_argv`, the process parses it back with
-`parse_config`. Only scalar fields (int, float, str, bool) are used, so the mapping is one to one.
+`parse_config`. Only scalar fields (int, float, str, bool, or a number or a word: float | str) are used,
+so the mapping is one to one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ TRANSPORTS = ("tcp", "ltp")
 # Defaults every layer takes from here (the YAML schema, JobSpec, the processes' configs):
 BURST_BYTES = 250_000        # B: what each worker of the generator sends per iteration
 LTP_DEADLINE_MS = 500.0      # ltp: an iteration closes at the latest this long after its first datagram
+AUTO = "auto"                # ltp_deadline_ms: derived from the ideal exchange (workloads/ltp/earlyclose.py)
 LTP_THETA_MIN = 0.8          # ltp: Early Close never takes less than this share of a worker's gradient
 
 
@@ -56,7 +58,7 @@ class TrainConfig:
     pcn_lead_us: float = 0.0         # the lead; 0 = two smoothed RTTs of gloo's connection there
     transport: str = "tcp"           # ps: gradients over gloo's TCP (tcp) or LTP datagrams (ltp: workloads/ltp)
     ltp_port: int = 0                # ltp: shard s listens on UDP ltp_port + s (0: master_port + 1)
-    ltp_deadline_ms: float = LTP_DEADLINE_MS
+    ltp_deadline_ms: float | str = LTP_DEADLINE_MS   # or AUTO
     ltp_theta_min: float = LTP_THETA_MIN
     compression: str = "none"        # compression.CHOICES: none | topk | randk | int8 | sign | adaptive (netsense.py)
     compression_ratio: float = DEFAULT_RATIO              # topk, randk: the share of values kept
@@ -90,7 +92,7 @@ class BurstConfig:
     pcn_lead_us: float = 0.0         # the lead; 0 = two of the connection's smoothed RTTs
     transport: str = "tcp"           # ps pattern: bursts over TCP, or LTP datagrams (ltp; answers stay on TCP)
     ltp_port: int = 0                # ltp: the PS's UDP port (0: port + 1)
-    ltp_deadline_ms: float = LTP_DEADLINE_MS
+    ltp_deadline_ms: float | str = LTP_DEADLINE_MS   # or AUTO
     ltp_theta_min: float = LTP_THETA_MIN
     seed: int = 0
     timeout_s: float = 60.0
@@ -141,13 +143,20 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean (1/0, on/off), got {text!r}")
 
 
+def _number_or_text(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def parse_config(cls: type[T], argv: list[str] | None = None, description: str = "") -> T:
     """Parse a command line made by `to_argv` (or typed by hand) into the dataclass `cls`."""
     parser = argparse.ArgumentParser(description=description or cls.__doc__)
     defaults = cls()
     for f in fields(cls):
         typ = _field_type(cls, f.name)
-        conv = _parse_bool if typ is bool else typ
+        conv = _parse_bool if typ is bool else _number_or_text if typ == (float | str) else typ
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=conv,
                             default=getattr(defaults, f.name))
     args = parser.parse_args(argv)

@@ -13,7 +13,8 @@ from typing import Sequence
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
 from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO, check_compression
-from pcnlab.workloads.process_config import BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRANSPORTS
+from pcnlab.workloads.process_config import (AUTO, BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN,
+                                             TRANSPORTS)
 from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
@@ -63,7 +64,8 @@ class JobSpec:
     ecn: bool | None = None          # per host (network namespace); None: leave the host as it is
     port: int = 0                    # 0: chosen by the launcher
     transport: str = "tcp"           # ps jobs, ps-pattern generators: gradients (bursts) over tcp or ltp
-    ltp_deadline_ms: float = LTP_DEADLINE_MS   # ltp: the PS closes an iteration this long after its first datagram
+    ltp_deadline_ms: float | str = LTP_DEADLINE_MS   # ltp: the PS closes an iteration this long after its first
+                                                     # datagram; AUTO: derived from the ideal exchange
     ltp_theta_min: float = LTP_THETA_MIN       # ltp: the lowest loss-tolerant threshold (workloads/ltp/earlyclose.py)
     seed: int = 0
     timeout_s: float = 120.0         # the processes' own rendezvous / connect timeout
@@ -109,8 +111,11 @@ class JobSpec:
                              f"{', '.join(TRANSPORTS)}")
         if self.transport == "ltp" and self.comm_pattern != "ps":
             raise UsageError(f"job {self.name!r}: ltp carries a parameter server's gradients; a ring has no PS")
-        if self.ltp_deadline_ms <= 0 or not 0 <= self.ltp_theta_min <= 1:
-            raise UsageError(f"job {self.name!r}: ltp_deadline_ms must be positive and ltp_theta_min in [0, 1]")
+        deadline = self.ltp_deadline_ms
+        if (deadline != AUTO and (isinstance(deadline, (str, bool)) or not deadline > 0)) \
+                or not 0 <= self.ltp_theta_min <= 1:
+            raise UsageError(f"job {self.name!r}: ltp_deadline_ms must be positive or {AUTO}, and ltp_theta_min "
+                             f"in [0, 1]")
         if self.eval_every < 0:
             raise UsageError(f"job {self.name!r}: eval_every must be 0 (only at the end) or more")
         check_compression(self.compression, self.compression_ratio, self.kind, f"job {self.name!r}: compression",

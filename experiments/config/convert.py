@@ -145,18 +145,19 @@ def convert(key: Key, raw: Raw, path: str) -> Any:
         if not isinstance(value, str):
             raise error(raw.where, path, f"expected text, got {fmt(value)}")
         return value
-    if kind == "lead":
+    if kind in ("lead", "autonumber"):     # auto, or a number (lead: whole microseconds)
+        whole = kind == "lead"
+        expected = f"expected auto or a {'whole ' if whole else ''}number of {_UNIT_NAMES.get(key.unit, key.unit)}"
         if value == "auto":
             return "auto"
         if isinstance(value, str):
             try:
                 float(value)
             except ValueError:
-                raise error(raw.where, path, f"expected auto or a whole number of microseconds, "
-                                             f"got {fmt(value)}") from None
+                raise error(raw.where, path, f"{expected}, got {fmt(value)}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise error(raw.where, path, f"expected auto or a whole number of microseconds, got {fmt(value)}")
-        return _number(key, raw, path, whole=True)
+            raise error(raw.where, path, f"{expected}, got {fmt(value)}")
+        return _number(key, raw, path, whole=whole)
     if kind == "every":
         if value is None or value is False or value == "off":
             return None

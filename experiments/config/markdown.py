@@ -12,7 +12,7 @@ from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 
 _TYPE_WORDS = {"int": "integer", "number": "number", "bool": "true/false", "choice": "one of", "name": "name",
-               "text": "text", "lead": "auto or number", "every": "integer or off", "autobool": "auto/true/false",
+               "text": "text", "lead": "auto or number", "autonumber": "auto or number", "every": "integer or off", "autobool": "auto/true/false",
                "hosts": "hosts", "section": "mapping", "list": "list", "sweep": "mapping",
                "argv": "list of text", "env": "mapping"}
 
@@ -52,6 +52,8 @@ def _allowed_text(key: Key) -> str:
     text = ", ".join(bounds)
     if key.type == "lead":
         text = "`auto` or integer " + text
+    if key.type == "autonumber":
+        text = "`auto` or " + text
     if key.type == "every":
         text = "`off` or " + text
     if key.type == "autobool":

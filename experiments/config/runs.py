@@ -126,7 +126,7 @@ class JobConfig:
     compression_ratio: float = default("jobs", "compression_ratio")
     error_feedback: bool = default("jobs", "error_feedback")
     transport: str = default("jobs", "transport")      # resolved: tcp | ltp (tcp-<cc> sets cc)
-    ltp_deadline_ms: float = default("jobs", "ltp_deadline_ms")
+    ltp_deadline_ms: float | str = default("jobs", "ltp_deadline_ms")   # or "auto"
     ltp_theta_min: float = default("jobs", "ltp_theta_min")
     argv: tuple[str, ...] = ()                              # torchrun: its script's path made absolute
     env: tuple[tuple[str, str], ...] = ()

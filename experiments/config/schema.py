@@ -78,7 +78,7 @@ class Key:
     """One key of the schema: its type, unit, default, allowed values and a one-line description."""
 
     name: str
-    type: str            # int | number | bool | choice | name | text | lead | every | autobool | hosts
+    type: str            # int | number | bool | choice | name | text | lead | autonumber | every | autobool | hosts
                          # | section | list | sweep | argv | env
     default: Any
     doc: str
@@ -298,8 +298,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "cc); ltp (LTP datagrams: loss-tolerant, Early Close and Bubble Filling, workloads/ltp/). The "
             "parameters (generator: answers) always return over TCP", choices=TRANSPORT_CHOICES,
             applies=LTP_KINDS, what="transport"),
-        Key("ltp_deadline_ms", "number", LTP_DEADLINE_MS, "ltp: the hard deadline: the PS closes an iteration this long "
-            "after its first datagram arrived, whatever is missing (filled in)", unit="ms", above=0,
+        Key("ltp_deadline_ms", "autonumber", LTP_DEADLINE_MS, "ltp: the hard deadline: the PS closes an iteration this "
+            "long after its first datagram arrived, whatever is missing (filled in); auto: derived from the ideal "
+            "exchange, 3 x every worker's gradient bytes over the rate the PS's port delivers them at (measured by "
+            "the PS) + the workers' largest smoothed RTT (workloads/ltp/earlyclose.py)", unit="ms", above=0,
             max=MAX_DURATION_S * 1000, applies=LTP_KINDS),
         Key("ltp_theta_min", "number", LTP_THETA_MIN, "ltp: the lowest loss-tolerant threshold: before the deadline the PS "
             "closes an iteration only once every worker delivered at least this share (the threshold adapts "

@@ -52,6 +52,26 @@ def test_transport_defaults_to_tcp_and_ltp_reaches_the_launcher(tmp_path):
     assert exp.runs()[0].to_dict()["jobs"][0]["transport"] == "ltp"
 
 
+def test_an_automatic_deadline_flows_unchanged_from_the_file_to_the_processes(tmp_path):
+    from pcnlab.workloads.ltp.earlyclose import hard_deadline_s
+    from pcnlab.workloads.process_config import BurstConfig, TrainConfig, parse_config, to_argv
+
+    job = _load(tmp_path, extra="    transport: ltp\n    ltp_deadline_ms: auto").runs()[0].jobs[0]
+    spec = JobSpec(**job.job_spec_kwargs())
+    assert job.ltp_deadline_ms == spec.ltp_deadline_ms == "auto"
+    for cls in (TrainConfig, BurstConfig):
+        for value, seconds in (("auto", None), (250.0, 0.25)):
+            back = parse_config(cls, to_argv(cls(ltp_deadline_ms=value))).ltp_deadline_ms
+            assert back == value and hard_deadline_s(back) == seconds
+    # swept against a number, and a word that is not auto refused in one line
+    runs = _load(tmp_path, extra="    transport: ltp\nsweep:\n  jobs.0.ltp_deadline_ms: [auto, 300]").runs()
+    assert [r.jobs[0].ltp_deadline_ms for r in runs] == ["auto", 300]
+    assert ("ltp_deadline_ms: expected auto or a number of milliseconds, got 'soon'" in
+            _error(tmp_path, extra="    transport: ltp\n    ltp_deadline_ms: soon"))
+    with pytest.raises(UsageError, match="ltp_deadline_ms must be positive or auto"):
+        JobSpec(**{**job.job_spec_kwargs(), "ltp_deadline_ms": "soon"})
+
+
 def test_one_swept_key_runs_ltp_against_each_tcp_variant(tmp_path):
     exp = _load(tmp_path, extra="sweep:\n  jobs.0.transport: [ltp, tcp-cubic, tcp-reno, tcp-bbr]")
     runs = exp.runs()

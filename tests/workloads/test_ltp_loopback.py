@@ -171,3 +171,258 @@ def test_a_sender_waiting_for_delayed_acknowledgements_sleeps():
     finally:
         sender.close()
         ps.close()
+
+
+def _ack_of(raw: bytes, tag: int, rank: int, lay: Layout):
+    from pcnlab.workloads.ltp.wire import parse_ack
+
+    return parse_ack(raw, tag, rank, lay)
+
+
+def test_the_ps_pulls_what_a_worker_lacks_once_its_last_datagram_is_in():
+    """A worker (raw socket) sends every chunk but one, the last flagged LAST: the PS's answer to it is a
+    PULL naming the missing chunk, answers before it are plain; silent afterwards, the worker is pulled
+    again on the PS's own timer (NO_ECHO); the missing chunk completes the iteration."""
+    from pcnlab.workloads.ltp.wire import FLAG_LAST, NO_ECHO, mask_of
+
+    lay = Layout([360 * 6])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=5.0))
+    w1 = _raw(W1)
+    w1.settimeout(2)
+    try:
+        order = [0, 1, 3, 4, 5]                       # chunk 2 is "lost"
+        answers = []
+        for seq, c in enumerate(order):
+            flags = FLAG_LAST if c == order[-1] else 0
+            w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, flags, 0, seq, 0, 360 * c,
+                                      np.full(360, c, dtype=np.float32), 1000)), (PS, port))
+            answers.append(_ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay))
+        assert [a.pull for a in answers] == [False] * 4 + [True]
+        pull = answers[-1]
+        assert pull.echo_seq == 4 and mask_of(pull.bitmap, lay.chunks).tolist() == [True, True, False, True, True, True]
+        again = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)     # silent: pulled again (srtt 1 ms: after 5 ms)
+        assert again.pull and again.echo_seq == NO_ECHO and not again.closed
+        w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, FLAG_LAST, 0, 5, 0, 720,
+                                  np.full(360, 2, dtype=np.float32), 1000)), (PS, port))
+        closed = server.wait(0, 2)
+        assert closed.reason == "complete" and closed.stats["ltp_pulls"] >= 2
+        assert closed.grad[0].tolist() == np.repeat(np.arange(6, dtype=np.float32), 360).tolist()
+    finally:
+        w1.close()
+        server.stop()
+
+
+def test_a_pulled_sender_resends_at_once_not_at_its_timers():
+    """The PS (raw socket) gets all 6 chunks but one and answers the last with a PULL: the sender resends
+    the missing chunk at once, although its timers (an RTT of 2 s measured before: RACK's reordering
+    window alone is 0.4 s) would wait far longer."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import FLAG_PULL, bitmap_of, pack_ack, parse_data
+
+    lay = Layout([360 * 6])
+    ps = _raw(PS)
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(2.0)
+    sender.window.cwnd = 8.0
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        got = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(lay.chunks)]
+        assert [d.last for d in got] == [False] * 5 + [True]
+        lost = got[1].chunk
+        mask = np.ones(lay.chunks, dtype=bool)
+        mask[lost] = False
+        pulled_at = time.monotonic()
+        ps.sendto(pack_ack(tag, 1, FLAG_PULL, 0, got[-1].seq, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        again, _ = ps.recvfrom(MAX_DATAGRAM)
+        resent_after = time.monotonic() - pulled_at
+        again = parse_data(again, tag, lay)
+        assert again.chunk == lost and again.last and resent_after < 0.1, resent_after
+        ps.sendto(pack_ack(tag, 1, 0, 0, again.seq, lay.chunks, bitmap_of(np.ones(lay.chunks, dtype=bool))),
+                  (W1, _port_of(sender)))
+        thread.join(5)
+        assert out["r"].outcome == "complete" and out["r"].pulled == 1 and out["r"].retransmissions == 1
+    finally:
+        sender.close()
+        ps.close()
+
+
+def _port_of(sender: LtpSender) -> int:
+    return sender.sock.getsockname()[1]
+
+
+def test_acknowledgements_that_waited_in_a_queue_end_the_timers_backoff():
+    """The PS (raw socket) holds its acknowledgements 150 ms, as a PS's host queue full of parameters
+    does, while the sender's timer (RTT 2 ms) fires again and again; the late acknowledgements of the
+    first transmissions are RTT samples and prove the timeouts spurious: the window comes back."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import FLAG_CLOSED, bitmap_of, pack_ack, parse_data
+
+    lay = Layout([360 * 8])
+    ps = _raw(PS)
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(0.002)
+    sender.window.cwnd = 4.0
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
+        held = time.monotonic() + 0.15
+        while time.monotonic() < held:                 # the timer's retransmissions: read, not answered
+            ps.settimeout(max(0.001, held - time.monotonic()))
+            try:
+                ps.recvfrom(MAX_DATAGRAM)
+            except TimeoutError:
+                pass
+        mask = np.zeros(lay.chunks, dtype=bool)
+        for d in first:                                # the held answers to the first four, in order
+            mask[d.chunk] = True
+            ps.sendto(pack_ack(tag, 1, 0, 0, d.seq, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        time.sleep(0.05)
+        ps.sendto(pack_ack(tag, 1, FLAG_CLOSED, 0, 0xFFFFFFFF, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        thread.join(5)
+        r = out["r"]
+        assert r.outcome == "closed" and r.timeouts >= 2
+        assert r.spurious_timeouts >= 1 and r.cwnd >= 4.0, r
+        assert r.srtt_us > 20_000, r                   # the late answers were measured
+        assert sender.rtt.backoff == 0
+    finally:
+        sender.close()
+        ps.close()
+
+
+def test_an_automatic_deadline_comes_from_the_rate_the_ps_measured():
+    """ltp_deadline_ms: auto. A worker (raw socket) paces 24 chunks 2 ms apart: the PS measures the rate
+    its gradient bytes arrived at (kernel timestamps), and the next iteration's deadline is 3 ideal
+    exchanges at that rate plus the RTT the worker reports."""
+    import time
+
+    from pcnlab.workloads.ltp.earlyclose import AUTO_FACTOR, UNMEASURED_DEADLINE_S
+    from pcnlab.workloads.ltp.wire import FLAG_LAST
+
+    lay = Layout([360 * 24])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=None))
+    w1 = _raw(W1)
+    try:
+        for it in range(2):
+            for c in range(lay.chunks):
+                w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, FLAG_LAST if c == lay.chunks - 1 else 0,
+                                          it, 100 * it + c, 0, 360 * c, np.zeros(360, dtype=np.float32), 3000)),
+                          (PS, port))
+                time.sleep(0.002)
+            closed = server.wait(it, 2)
+            assert closed.reason == "complete"
+            if it == 0:
+                assert closed.stats["ltp_deadline_ms"] == UNMEASURED_DEADLINE_S * 1e3
+                paced = 8 * 1440 / 0.002 / 1e6                      # Mbit/s of gradient at 2 ms a chunk
+                assert 0.5 * paced < closed.stats["ltp_rate_mbps"] <= 1.1 * paced, closed.stats
+                rate = closed.stats["ltp_rate_mbps"] * 1e6 / 8
+            else:
+                ideal = 4 * lay.total / rate
+                assert closed.stats["ltp_deadline_ms"] == pytest.approx(1e3 * (AUTO_FACTOR * ideal + 0.003), rel=1e-3)
+            server.release(it)
+    finally:
+        w1.close()
+        server.stop()
+
+
+def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_its_timer():
+    """The tail of a worker's window is lost before its LAST: the PS, hearing nothing from it for two of
+    its RTTs, pulls it (NO_ECHO); the sender (RTT 0.5 s measured before: a timer of 1.5 s) takes every
+    missing chunk sent at least its minimum RTT ago as lost and resends them first, at once."""
+    import time
+
+    from pcnlab.workloads.ltp.wire import FLAG_PULL, NO_ECHO, bitmap_of, pack_ack, parse_data
+
+    lay = Layout([360 * 6])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=5.0))
+    w1 = _raw(W1)
+    w1.settimeout(2)
+    try:                                                 # the PS's side: two chunks, then silence
+        for seq in range(2):
+            w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, 0, 0, seq, 0, 360 * seq,
+                                      np.zeros(360, dtype=np.float32), 2000)), (PS, port))
+            assert not _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay).pull
+        started = time.monotonic()
+        pull = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
+        assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 0.1
+    finally:
+        w1.close()
+        server.stop()
+
+    ps = _raw(PS)                                        # the sender's side
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(0.5)
+    sender.window.cwnd = 4.0
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
+        mask = np.zeros(lay.chunks, dtype=bool)
+        mask[first[0].chunk] = True                      # the last three of the window "lost"
+        ps.sendto(pack_ack(tag, 1, 0, 0, first[0].seq, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        time.sleep(0.55)                                 # the window moved on meanwhile (read below)
+        ps.sendto(pack_ack(tag, 1, FLAG_PULL, 0, NO_ECHO, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        resent, until = set(), time.monotonic() + 0.1
+        while time.monotonic() < until:
+            ps.settimeout(max(0.001, until - time.monotonic()))
+            try:
+                d = parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay)
+            except TimeoutError:
+                continue
+            if d.flags & 0x01:                           # a retransmission
+                resent.add(d.chunk)
+        # at once, first the window's lost tail, as many as the halved window lets out (no answer comes)
+        assert resent and resent <= {d.chunk for d in first[1:]}, resent
+        ps.sendto(pack_ack(tag, 1, 0x01, 0, NO_ECHO, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
+        thread.join(5)
+        assert out["r"].outcome == "closed" and out["r"].pulled >= 3
+    finally:
+        sender.close()
+        ps.close()
+
+
+def test_a_send_is_released_when_the_caller_learns_the_other_end_has_it_all():
+    """The PS's parameters reached a worker but its acknowledgements were lost: the PS learns it from
+    the worker's next gradient and releases the send, which ends at once instead of at its timer."""
+    import time
+
+    lay = Layout([360 * 4])
+    ps = _raw(PS)                                        # a receiver that reads and never answers
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(0.5)                               # a timer of 1.5 s
+    release = threading.Event()
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(
+        r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0, release)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        for _ in range(lay.chunks):
+            ps.recvfrom(MAX_DATAGRAM)
+        released_at = time.monotonic()
+        release.set()
+        thread.join(2)
+        assert not thread.is_alive() and out["r"].outcome == "released"
+        assert time.monotonic() - released_at < 0.1 and out["r"].timeouts == 0
+    finally:
+        sender.close()
+        ps.close()

@@ -210,3 +210,71 @@ def test_bubble_filling_with_everything_is_tcp_arithmetic_bit_for_bit():
     filled = bubble_fill(torch.stack(rows).numpy().copy(), np.ones((7, lay.chunks), dtype=bool), lay)
     assert torch.equal(filled.average, torch.stack(rows).mean(0))
     assert filled.filled_elements == 0
+
+
+def test_last_and_pull_flags_round_trip():
+    from pcnlab.workloads.ltp.wire import FLAG_LAST, FLAG_PULL, NO_ECHO
+
+    lay = Layout([1000, 5])
+    d = parse_data(bytes(pack_data(bytearray(MAX_DATAGRAM), TAG, 2, FLAG_LAST, 3, 17, 0, 360,
+                                   np.zeros(360, dtype=np.float32), 0)), TAG, lay)
+    assert d.last and not parse_data(_datagram(lay), TAG, lay).last
+    ack = parse_ack(pack_ack(TAG, 2, FLAG_PULL, 9, NO_ECHO, lay.chunks, bitmap_of(np.ones(4, dtype=bool))), TAG, 2,
+                    lay)
+    assert ack.pull and not ack.closed and ack.echo_seq == NO_ECHO
+
+
+def test_a_spurious_timeout_gives_the_window_back():
+    w = AimdWindow(cwnd=8.0)
+    w.on_timeout(10)
+    w.on_timeout(12)                 # consecutive timeouts: the window before the first comes back
+    assert w.cwnd == 1
+    assert w.undo_timeout() is True and (w.cwnd, w.ssthresh, w.undone) == (8.0, float("inf"), 1)
+    assert w.undo_timeout() is False
+    w.on_timeout(20)
+    w.settle()                       # the first answer was to a later transmission: the timeout stands
+    assert w.undo_timeout() is False and w.cwnd == 1
+
+
+def test_early_close_on_the_threshold_once_every_last_datagram_is_in():
+    ec = EarlyClose(deadline_s=0.5)
+    # every worker past theta at 1.1 s, a grace of 0.5 s: without the LAST datagrams it waits for the grace,
+    assert ec.decide(False, 1.0, 1.1, 0.5, 1.11, 0.5) is None
+    # with every worker's LAST in what is missing is lost: close now
+    assert ec.decide(False, 1.0, 1.1, 0.5, 1.11, 0.5, all_in=True) == THRESHOLD
+    assert ec.decide(False, 1.0, None, None, 1.11, 0.5, all_in=True) is None    # a worker short of theta
+    assert ec.decide(False, 1.0, None, None, 1.2, 0.2) == DEADLINE              # the iteration's own deadline
+
+
+def test_the_automatic_deadline_is_derived_from_the_ideal_exchange():
+    from pcnlab.workloads.ltp.earlyclose import (AUTO_FACTOR, MIN_DEADLINE_S, UNMEASURED_DEADLINE_S,
+                                                 hard_deadline_s)
+    from pcnlab.workloads.process_config import LTP_DEADLINE_MS
+
+    assert hard_deadline_s("auto") is None and hard_deadline_s(250) == 0.25 and hard_deadline_s(250.0) == 0.25
+    ec = EarlyClose(deadline_s=None)
+    assert ec.deadline_for(300_000, 0.01) == UNMEASURED_DEADLINE_S == LTP_DEADLINE_MS / 1e3
+    ec.learn(0.0, 2.5e6)             # the port delivered 2.5 MB/s of gradient (20 Mbit/s)
+    assert ec.deadline_for(300_000, 0.01) == pytest.approx(AUTO_FACTOR * 0.12 + 0.01)
+    ec.learn(0.0, 5e6)               # averaged like the loss
+    assert ec.rate == pytest.approx(0.75 * 2.5e6 + 0.25 * 5e6)
+    assert EarlyClose(deadline_s=0.3).deadline_for(300_000, 0.01) == 0.3        # a number stays a number
+    fast = EarlyClose(deadline_s=None, rate=1e12)
+    assert fast.deadline_for(1000, 0.0) == MIN_DEADLINE_S
+
+
+def test_the_port_rate_is_not_taken_from_bunched_arrivals():
+    """What the automatic deadline divides by: 64 chunks 1 ms apart (1.44 MB/s of gradient), with 16 of
+    them bunched within 16 µs (as a switch or the kernel sometimes hands them over): the rate stays the
+    port's, where the fastest 16 read more than 10 times it."""
+    from pcnlab.workloads.ltp.receiver import _Slot
+
+    slot = _Slot(1, Layout([360 * 64]))
+    slot.reset(0)
+    t = 0
+    for i in range(64):
+        t += 1_000 if 24 <= i < 40 else 1_000_000
+        slot.arrived(t, 1440)
+    assert slot.port_rate == pytest.approx(1.44e6, rel=0.01)
+    fastest = max(16 * 1440 / ((sum(slot.gaps_ns[i:i + 16])) / 1e9) for i in range(len(slot.gaps_ns) - 16))
+    assert fastest > 10 * slot.port_rate

@@ -17,7 +17,7 @@ import numpy as np
 from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.burst_session import Pacer, Payload, accept_workers, announce_udp, join_ps, wait_and_announce
 from pcnlab.workloads.joblog import JsonLog
-from pcnlab.workloads.ltp.earlyclose import EarlyClose
+from pcnlab.workloads.ltp.earlyclose import EarlyClose, hard_deadline_s
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
@@ -38,7 +38,7 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
     def listen(conns):
         workers = {r: conns[r].getpeername()[0] for r in conns}
         servers.append(LtpServer((cfg.ps_addr, _port(cfg)), job_tag(cfg.job, cfg.port), workers, _layout(cfg),
-                                 EarlyClose(cfg.ltp_deadline_ms / 1e3, cfg.ltp_theta_min)))
+                                 EarlyClose(hard_deadline_s(cfg.ltp_deadline_ms), cfg.ltp_theta_min)))
 
     conns = accept_workers(cfg, log, before_go=listen)
     ranks = sorted(conns)
@@ -82,7 +82,7 @@ def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
             gap_start = answered
             start, announced = wait_and_announce(cfg, log, pacer, udp, sock, cfg.ps_addr, it, answered)
             comm_start = time.monotonic_ns()
-            result = sender.send(it, burst, cfg.ltp_deadline_ms / 1e3)
+            result = sender.send(it, burst, hard_deadline_s(cfg.ltp_deadline_ms) or cfg.timeout_s)
             sent_end = time.monotonic_ns()
             _, size = answer.receive(sock, it)
             answered = time.monotonic_ns()

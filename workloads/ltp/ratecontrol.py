@@ -80,13 +80,17 @@ class RttEstimator:
 class AimdWindow:
     """Congestion window in packets: slow start to the first loss, then +1 per window acknowledged;
     halved once per window of losses (losses of transmissions sent before the last reduction do not
-    count again: `recover_seq`); one packet after a retransmission timeout."""
+    count again: `recover_seq`); one packet after a retransmission timeout, and back to the window
+    before it when the timeout proves spurious (an acknowledgement of a transmission it declared lost:
+    the datagrams were waiting in a queue, not lost; Eifel, RFC 3522)."""
 
     cwnd: float = INITIAL_WINDOW
     ssthresh: float = float("inf")
     recover_seq: int = -1
     reductions: int = 0
     timeouts: int = 0
+    undone: int = 0                  # timeouts found spurious and undone
+    _before_timeout: tuple[float, float] | None = None
 
     def on_ack(self, newly_acked: int) -> None:
         for _ in range(newly_acked):
@@ -106,10 +110,26 @@ class AimdWindow:
         return True
 
     def on_timeout(self, highest_sent_seq: int) -> None:
+        if self._before_timeout is None:       # the window of the first of consecutive timeouts
+            self._before_timeout = (self.cwnd, self.ssthresh)
         self.ssthresh = max(self.cwnd / 2.0, 2.0)
         self.cwnd = MIN_WINDOW
         self.recover_seq = highest_sent_seq
         self.timeouts += 1
+
+    def undo_timeout(self) -> bool:
+        """A transmission the last timeout declared lost was acknowledged: restore the window it
+        took. True when there was one to undo."""
+        if self._before_timeout is None:
+            return False
+        self.cwnd, self.ssthresh = self._before_timeout
+        self._before_timeout = None
+        self.undone += 1
+        return True
+
+    def settle(self) -> None:
+        """An acknowledgement of a transmission sent after the last timeout: it stands."""
+        self._before_timeout = None
 
     def allowed(self) -> int:
         """Transmissions that may be outstanding at once."""

@@ -17,6 +17,20 @@ has not arrived before (`duplicate`, acknowledged again). Only then are its byte
 iteration's buffer, at the place its (tensor, offset) names and with exactly its length: no datagram
 can write outside its chunk, nor into an iteration other than its own, nor non-finite values.
 Datagrams the socket's buffer overflowed on are counted too (SO_RXQ_OVFL: `rcvbuf_drops`).
+
+The receiver-driven pull: once a worker's LAST datagram is in (it has sent every chunk once), every
+acknowledgement the PS sends it while chunks are missing is a PULL (wire.py): what the bitmap lacks
+and is older than the datagram acknowledged is lost, and the worker sends it again first, without
+waiting for its own timers. A worker that has sent part of its gradient and then falls silent for
+PULL_RTTS of its smoothed RTT (at least MIN_PULL_S), LAST in or not, is pulled on the PS's own timer
+(NO_ECHO: resend all that is missing): on ltp-incast.yaml the iterations that reached the deadline
+had a worker whose last transmissions before its LAST were lost, waiting for its retransmission
+timer (1.5 x the recent peak RTT: 150 ms and more behind the PS's parameters). The PS also
+measures how fast its port delivers gradient bytes (a chunk's median size over the median gap
+between new chunks, by the kernel's arrival timestamps: robust to bunched arrivals, which made the
+fastest 16 chunks read up to 2.3 x the port's 100 Mbit/s on ltp-synchronised.yaml and took the
+deadline to its 10 ms floor, and to the idle gaps of workers that start apart), from which an
+automatic deadline is derived (earlyclose.py).
 """
 
 from __future__ import annotations
@@ -31,11 +45,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pcnlab.workloads.ltp.earlyclose import COMPLETE, EarlyClose
-from pcnlab.workloads.ltp.wire import (FLAG_CLOSED, MAX_DATAGRAM, NO_ECHO, REASONS, Layout, Rejected, bitmap_of,
-                                       pack_ack, parse_data)
+from pcnlab.workloads.ltp.wire import (FLAG_CLOSED, FLAG_PULL, MAX_DATAGRAM, NO_ECHO, REASONS, Layout, Rejected,
+                                       bitmap_of, pack_ack, parse_data)
 
 SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # its control message is SCM_TIMESTAMPNS, the same number
+PULL_RTTS = 2.0        # a worker whose LAST is in, silent this many smoothed RTTs, is pulled again
+MIN_PULL_S = 0.005
 RECEIVE_BUFFER = 8 << 20
 DRAIN_S = 0.1          # on stop: datagrams still arriving are read (and counted) this long
 
@@ -74,7 +91,15 @@ class _Slot:
         self.datagrams = 0
         self.duplicates = 0
         self.srtt_s = 0.0
+        self.deadline_s: float | None = None
+        self.pulls = 0
         n = len(self.elements)
+        self.done = np.zeros(n, dtype=bool)          # the worker's LAST datagram is in
+        self.heard_ns = np.zeros(n, dtype=np.int64)  # its latest datagram (or the PS's latest pull)
+        self.row_srtt = np.zeros(n)
+        self.last_arrival_ns: int | None = None      # the kernel's arrival time of the latest new chunk
+        self.gaps_ns: list[int] = []                 # between consecutive new chunks
+        self.sizes: list[int] = []                   # their gradient bytes
         self.seq_min = np.full(n, -1, dtype=np.int64)
         self.seq_max = np.full(n, -1, dtype=np.int64)
         self.seq_count = np.zeros(n, dtype=np.int64)
@@ -82,6 +107,19 @@ class _Slot:
     @property
     def complete(self) -> bool:
         return bool(self.mask.all())
+
+    def arrived(self, kernel_ns: int, nbytes: int) -> None:
+        """A new chunk of `nbytes` arrived at `kernel_ns` (the kernel's clock)."""
+        if self.last_arrival_ns is not None:
+            self.gaps_ns.append(kernel_ns - self.last_arrival_ns)
+            self.sizes.append(nbytes)
+        self.last_arrival_ns = kernel_ns
+
+    @property
+    def port_rate(self) -> float | None:
+        """The rate the port delivered this iteration's gradient bytes at (bytes/s; None: not measured)."""
+        gap = float(np.median(self.gaps_ns)) if self.gaps_ns else 0.0
+        return float(np.median(self.sizes)) / (gap / 1e9) if gap > 0 else None
 
     def loss_rate(self) -> float:
         """Transmissions missing among each worker's consecutive sequence numbers of this iteration."""
@@ -107,6 +145,7 @@ class LtpServer:
         except OSError:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         self.sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.bind(bind)
         self.sock.setblocking(False)
         self.slots = [_Slot(len(self.ranks), layout) for _ in range(2)]
@@ -184,7 +223,8 @@ class LtpServer:
 
     def _next_check(self) -> float | None:
         times = [t for s in self.slots if s.reason is None
-                 for t in [self.policy.next_check(*self._times(s))] if t is not None]
+                 for t in [self.policy.next_check(*self._times(s), s.deadline_s), self._next_pull(s)]
+                 if t is not None]
         return min(times) if times else None
 
     @staticmethod
@@ -193,8 +233,30 @@ class LtpServer:
         theta = slot.theta_ns / 1e9 if slot.theta_ns is not None else None
         return first, theta, slot.grace_s
 
+    @staticmethod
+    def _waiting(slot: _Slot) -> np.ndarray:
+        """The rows that have sent part of their gradient and not all of it: what a pull is for."""
+        return (slot.heard_ns > 0) & ~slot.mask.all(axis=1)
+
+    def _next_pull(self, slot: _Slot) -> float | None:
+        rows = np.flatnonzero(self._waiting(slot))
+        if not len(rows):
+            return None
+        return min(slot.heard_ns[r] / 1e9 + max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[r]) for r in rows)
+
+    def _pull_silent(self, slot: _Slot, now_ns: int) -> None:
+        """Pull (NO_ECHO) from each worker whose gradient is partly in and that has been silent
+        PULL_RTTS of its smoothed RTT since its latest datagram or pull."""
+        for row in np.flatnonzero(self._waiting(slot)):
+            rank = self.ranks[row]
+            wait_ns = 1e9 * max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[row])
+            if rank in self.peer and now_ns - slot.heard_ns[row] >= wait_ns:
+                self._send_ack(self.peer[rank], rank, FLAG_PULL, slot.iter, NO_ECHO, slot.mask[row])
+                slot.heard_ns[row] = now_ns
+                slot.pulls += 1
+
     def _drain(self) -> None:
-        anc = socket.CMSG_SPACE(4)
+        anc = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)
         for _ in range(512):
             try:
                 n, ancdata, _, src = self.sock.recvmsg_into([self._buf], anc)
@@ -203,17 +265,21 @@ class LtpServer:
             except OSError:
                 continue  # an ICMP error queued on the socket (a worker gone): nothing to read
             now_ns = time.monotonic_ns()
+            kernel_ns = now_ns
             for level, kind, data in ancdata:
                 if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(data) >= 4:
                     self.rcvbuf_drops = struct.unpack("=I", data[:4])[0]
+                elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                    sec, nsec = struct.unpack("=qq", data[:16])
+                    kernel_ns = sec * 1_000_000_000 + nsec
             with self.cond:
                 self.read_datagrams += 1
-                self._datagram(memoryview(self._buf)[:n], src, now_ns)
+                self._datagram(memoryview(self._buf)[:n], src, now_ns, kernel_ns)
 
     def _reject(self, reason: str) -> None:
         self.rejected[reason] += 1
 
-    def _datagram(self, datagram: memoryview, src: tuple[str, int], now_ns: int) -> None:
+    def _datagram(self, datagram: memoryview, src: tuple[str, int], now_ns: int, kernel_ns: int) -> None:
         if src[0] not in self.ips:
             self._reject("foreign")
             return
@@ -245,8 +311,12 @@ class LtpServer:
         slot.seq_max[row] = max(slot.seq_max[row], seq)
         slot.seq_count[row] += 1
         slot.srtt_s = max(slot.srtt_s, data.srtt_us / 1e6)
+        slot.row_srtt[row] = data.srtt_us / 1e6
+        slot.heard_ns[row] = now_ns
+        slot.done[row] |= data.last
         if slot.first_ns is None:
             slot.first_ns = now_ns
+            slot.deadline_s = self.policy.deadline_for(4 * self.layout.total * len(self.ranks), slot.srtt_s)
         if slot.mask[row, data.chunk]:
             self._reject("duplicate")
             slot.duplicates += 1
@@ -256,7 +326,10 @@ class LtpServer:
             slot.mask[row, data.chunk] = True
             slot.elements[row] += data.payload.size
             slot.datagrams += 1
-        self._send_ack(src, data.rank, 0, data.iter, data.seq, slot.mask[row])
+            slot.arrived(kernel_ns, 4 * data.payload.size)
+        pull = bool(slot.done[row]) and not slot.mask[row].all()
+        slot.pulls += pull
+        self._send_ack(src, data.rank, FLAG_PULL if pull else 0, data.iter, data.seq, slot.mask[row])
         self._check_close(now_ns)
 
     def _send_ack(self, dst: tuple[str, int], rank: int, flags: int, it: int, echo: int, mask: np.ndarray) -> None:
@@ -277,13 +350,16 @@ class LtpServer:
                     slot.grace_s = self.policy.grace_s(4 * int(slot.elements.sum()), 4 * self.layout.total *
                                                        len(self.ranks), slot.first_ns / 1e9, now_ns / 1e9,
                                                        slot.srtt_s)
-            reason = self.policy.decide(slot.complete, *self._times(slot), now_ns / 1e9)
+            reason = self.policy.decide(slot.complete, *self._times(slot), now_ns / 1e9, slot.deadline_s,
+                                        all_in=bool(slot.done.all()))
             if reason is not None:
                 self._close(slot, reason, now_ns)
+            else:
+                self._pull_silent(slot, now_ns)
 
     def _close(self, slot: _Slot, reason: str, now_ns: int) -> None:
         slot.reason, slot.close_ns = reason, now_ns
-        self.policy.learn(slot.loss_rate())
+        self.policy.learn(slot.loss_rate(), slot.port_rate)
         for rank in self.ranks:
             row = self.row[rank]
             self.silent[rank] = 0 if rank in self.heard else self.silent[rank] + 1
@@ -308,7 +384,9 @@ class LtpServer:
             "bytes_lost": int(total * len(self.ranks) - received.sum()),
             "delivered_fraction": float(received.sum() / (total * len(self.ranks))),
             "delivered_by_rank": {str(r): round(float(received[self.row[r]] / total), 5) for r in self.ranks},
-            "ltp_datagrams": slot.datagrams, "ltp_duplicates": slot.duplicates,
+            "ltp_datagrams": slot.datagrams, "ltp_duplicates": slot.duplicates, "ltp_pulls": slot.pulls,
+            "ltp_deadline_ms": round(slot.deadline_s * 1e3, 3) if slot.deadline_s is not None else None,
+            "ltp_rate_mbps": round(8 * slot.port_rate / 1e6, 3) if slot.port_rate else None,
             "ltp_transmissions_seen": int(slot.seq_count.sum()),
             "ltp_counters": {"read": self.read_datagrams, "rcvbuf_drops": self.rcvbuf_drops,
                              **{k: v for k, v in self.rejected.items() if v}},

@@ -14,7 +14,10 @@ DATA (worker -> PS), 32 bytes of header in network byte order, then `count` floa
   job: the job's tag (`job_tag`: CRC-32 of its name and port), so a datagram of another job is
   foreign; rank: the sender's torch rank, which must be the one its source address belongs to; seq:
   the sender's transmission number (every transmission, retransmissions included, gets a new one, so
-  an acknowledgement names exactly which transmission it answers); srtt_us: the sender's smoothed
+  an acknowledgement names exactly which transmission it answers); flags: RETRANSMISSION (informative),
+  LAST (every chunk of the iteration has been sent at least once: set on the transmission that
+  completes the first pass and on every one after it, so any of them tells the PS the sender is done
+  sending and what it lacks is lost, not on its way); srtt_us: the sender's smoothed
   RTT, which the PS's Early Close uses for its grace period. 32 + 360 x 4 = 1472 bytes: a full
   1500-byte IPv4 frame.
 
@@ -24,9 +27,12 @@ least significant first: chunk i of this worker has arrived):
     magic u16 | version u8 | kind u8 = 2 | job u32 | rank u16 | flags u8 | reserved u8 = 0 |
     iter u32 | echo_seq u32 | chunks u32
 
-  flags: CLOSED (the PS has closed the iteration: stop sending it); echo_seq: the seq of the DATA
-  datagram that caused this acknowledgement (NO_ECHO for a CLOSE sent on its own). Every
-  acknowledgement carries the whole state of the iteration, so a lost or reordered one costs nothing.
+  flags: CLOSED (the PS has closed the iteration: stop sending it); PULL (the receiver-driven pull of
+  what is missing, sent once the worker's LAST is in: every chunk the bitmap lacks whose latest
+  transmission is older than echo_seq is lost, resend it now; with NO_ECHO, after the worker fell
+  silent: resend every chunk the bitmap lacks); echo_seq: the seq of the DATA datagram that caused
+  this acknowledgement (NO_ECHO for a CLOSE or a PULL sent on its own). Every acknowledgement carries
+  the whole state of the iteration, so a lost or reordered one costs nothing.
 
 `parse_data` and `parse_ack` raise `Rejected(reason)` with one of REASONS; the receiver counts each
 reason and drops the datagram.
@@ -44,7 +50,9 @@ MAGIC = 0x4C54                    # "LT"
 VERSION = 1
 DATA, ACK = 1, 2
 FLAG_CLOSED = 0x01                # ACK: the iteration is closed at the PS
+FLAG_PULL = 0x02                  # ACK: resend now the chunks the bitmap lacks (sent before echo_seq)
 FLAG_RETRANSMISSION = 0x01        # DATA: this chunk was sent before (informative)
+FLAG_LAST = 0x02                  # DATA: every chunk of the iteration has been sent at least once
 NO_ECHO = 0xFFFFFFFF
 
 DATA_HEADER = struct.Struct("!HBBIHBBIIHHII")
@@ -132,6 +140,10 @@ class Data:
     srtt_us: int
     payload: np.ndarray      # float32 view of the datagram's payload (count elements)
 
+    @property
+    def last(self) -> bool:
+        return bool(self.flags & FLAG_LAST)
+
 
 @dataclass(frozen=True)
 class Ack:
@@ -144,6 +156,10 @@ class Ack:
     @property
     def closed(self) -> bool:
         return bool(self.flags & FLAG_CLOSED)
+
+    @property
+    def pull(self) -> bool:
+        return bool(self.flags & FLAG_PULL)
 
 
 def pack_data(buf: bytearray, tag: int, rank: int, flags: int, it: int, seq: int, tensor: int, offset: int,
