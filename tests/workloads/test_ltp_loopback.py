@@ -3,8 +3,10 @@ datagrams, and the sender against it."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -133,8 +135,6 @@ def test_a_sender_waiting_for_delayed_acknowledgements_sleeps():
     """While its outstanding datagrams wait in a queue longer than the last RTT (incast), a sender has
     nothing to do until an acknowledgement or its retransmission timer: it must sleep, not spin. The
     PS here acknowledges the first datagram at once and the rest only 300 ms later."""
-    import time
-
     from pcnlab.workloads.ltp.wire import bitmap_of, pack_ack, parse_data
 
     lay = Layout([20_000])
@@ -218,21 +218,9 @@ def test_a_pulled_sender_resends_at_once_not_at_its_timers():
     """The PS (raw socket) gets all 6 chunks but one and answers the last with a PULL: the sender resends
     the missing chunk at once, although its timers (an RTT of 2 s measured before: RACK's reordering
     window alone is 0.4 s) would wait far longer."""
-    import time
-
     from pcnlab.workloads.ltp.wire import FLAG_PULL, bitmap_of, pack_ack, parse_data
 
-    lay = Layout([360 * 6])
-    ps = _raw(PS)
-    tag = job_tag("train", ps.getsockname()[1])
-    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
-    sender.rtt.update(2.0)
-    sender.window.cwnd = 8.0
-    out = {}
-    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
-    try:
-        thread.start()
-        ps.settimeout(2)
+    with _sending(6, 2.0, 8.0) as (ps, tag, lay, sender, thread, out):
         got = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(lay.chunks)]
         assert [d.last for d in got] == [False] * 5 + [True]
         lost = got[1].chunk
@@ -248,34 +236,43 @@ def test_a_pulled_sender_resends_at_once_not_at_its_timers():
                   (W1, _port_of(sender)))
         thread.join(5)
         assert out["r"].outcome == "complete" and out["r"].pulled == 1 and out["r"].retransmissions == 1
-    finally:
-        sender.close()
-        ps.close()
 
 
 def _port_of(sender: LtpSender) -> int:
     return sender.sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def _sending(chunks: int, rtt_s: float, cwnd: float | None = None, release: threading.Event | None = None):
+    """A worker's sender of `chunks` chunks, its RTT (and window) as if measured before, sending iteration
+    0 in a thread to a raw socket that stands for the PS: yields (ps, tag, lay, sender, thread, out),
+    out["r"] the SendResult once the send ended."""
+    lay = Layout([360 * chunks])
+    ps = _raw(PS)
+    tag = job_tag("train", ps.getsockname()[1])
+    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
+    sender.rtt.update(rtt_s)
+    if cwnd is not None:
+        sender.window.cwnd = cwnd
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(
+        r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0, release)))
+    try:
+        thread.start()
+        ps.settimeout(2)
+        yield ps, tag, lay, sender, thread, out
+    finally:
+        sender.close()
+        ps.close()
+
+
 def test_acknowledgements_that_waited_in_a_queue_end_the_timers_backoff():
     """The PS (raw socket) holds its acknowledgements 150 ms, as a PS's host queue full of parameters
     does, while the sender's timer (RTT 2 ms) fires again and again; the late acknowledgements of the
     first transmissions are RTT samples and prove the timeouts spurious: the window comes back."""
-    import time
-
     from pcnlab.workloads.ltp.wire import FLAG_CLOSED, bitmap_of, pack_ack, parse_data
 
-    lay = Layout([360 * 8])
-    ps = _raw(PS)
-    tag = job_tag("train", ps.getsockname()[1])
-    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
-    sender.rtt.update(0.002)
-    sender.window.cwnd = 4.0
-    out = {}
-    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
-    try:
-        thread.start()
-        ps.settimeout(2)
+    with _sending(8, 0.002, 4.0) as (ps, tag, lay, sender, thread, out):
         first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
         held = time.monotonic() + 0.15
         while time.monotonic() < held:                 # the timer's retransmissions: read, not answered
@@ -296,8 +293,6 @@ def test_acknowledgements_that_waited_in_a_queue_end_the_timers_backoff():
         assert r.spurious_timeouts >= 1 and r.cwnd >= 4.0, r
         assert r.srtt_us > 20_000, r                   # the late answers were measured
         assert sender.rtt.backoff == 0
-    finally:
-        sender.close()
         ps.close()
 
 
@@ -305,8 +300,6 @@ def test_an_automatic_deadline_comes_from_the_rate_the_ps_measured():
     """ltp_deadline_ms: auto. A worker (raw socket) paces 24 chunks 2 ms apart: the PS measures the rate
     its gradient bytes arrived at (kernel timestamps), and the next iteration's deadline is 3 ideal
     exchanges at that rate plus the RTT the worker reports."""
-    import time
-
     from pcnlab.workloads.ltp.earlyclose import AUTO_FACTOR, UNMEASURED_DEADLINE_S
     from pcnlab.workloads.ltp.wire import FLAG_LAST
 
@@ -342,8 +335,6 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
     """The tail of a worker's window is lost before its LAST: the PS, hearing nothing from it for two of
     its RTTs, pulls it (NO_ECHO); the sender (RTT 0.5 s measured before: a timer of 1.5 s) takes every
     missing chunk sent at least its minimum RTT ago as lost and resends them first, at once."""
-    import time
-
     from pcnlab.workloads.ltp.wire import FLAG_PULL, NO_ECHO, bitmap_of, pack_ack, parse_data
 
     lay = Layout([360 * 6])
@@ -364,16 +355,7 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
         w1.close()
         server.stop()
 
-    ps = _raw(PS)                                        # the sender's side
-    tag = job_tag("train", ps.getsockname()[1])
-    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
-    sender.rtt.update(0.5)
-    sender.window.cwnd = 4.0
-    out = {}
-    thread = threading.Thread(target=lambda: out.update(r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0)))
-    try:
-        thread.start()
-        ps.settimeout(2)
+    with _sending(6, 0.5, 4.0) as (ps, tag, lay, sender, thread, out):   # the sender's side
         first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
         mask = np.zeros(lay.chunks, dtype=bool)
         mask[first[0].chunk] = True                      # the last three of the window "lost"
@@ -394,28 +376,13 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
         ps.sendto(pack_ack(tag, 1, 0x01, 0, NO_ECHO, lay.chunks, bitmap_of(mask)), (W1, _port_of(sender)))
         thread.join(5)
         assert out["r"].outcome == "closed" and out["r"].pulled >= 3
-    finally:
-        sender.close()
-        ps.close()
 
 
 def test_a_send_is_released_when_the_caller_learns_the_other_end_has_it_all():
     """The PS's parameters reached a worker but its acknowledgements were lost: the PS learns it from
     the worker's next gradient and releases the send, which ends at once instead of at its timer."""
-    import time
-
-    lay = Layout([360 * 4])
-    ps = _raw(PS)                                        # a receiver that reads and never answers
-    tag = job_tag("train", ps.getsockname()[1])
-    sender = LtpSender(ps.getsockname(), tag, 1, lay, bind_addr=W1)
-    sender.rtt.update(0.5)                               # a timer of 1.5 s
-    release = threading.Event()
-    out = {}
-    thread = threading.Thread(target=lambda: out.update(
-        r=sender.send(0, np.zeros(lay.total, dtype=np.float32), 10.0, release)))
-    try:
-        thread.start()
-        ps.settimeout(2)
+    release = threading.Event()                          # the PS: reads and never answers; a timer of 1.5 s
+    with _sending(4, 0.5, release=release) as (ps, tag, lay, sender, thread, out):
         for _ in range(lay.chunks):
             ps.recvfrom(MAX_DATAGRAM)
         released_at = time.monotonic()
@@ -423,6 +390,3 @@ def test_a_send_is_released_when_the_caller_learns_the_other_end_has_it_all():
         thread.join(2)
         assert not thread.is_alive() and out["r"].outcome == "released"
         assert time.monotonic() - released_at < 0.1 and out["r"].timeouts == 0
-    finally:
-        sender.close()
-        ps.close()
