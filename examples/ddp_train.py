@@ -67,6 +67,7 @@ def main(on_ddp=None) -> None:
         accuracy = (model(x_test).argmax(dim=1) == y_test).float().mean().item()
     if rank == 0:
         print(f"accuracy {accuracy:.4f}", flush=True)
+    dist.barrier()   # no rank tears its connections down while another still uses them
     dist.destroy_process_group()
 
 
