@@ -173,6 +173,23 @@ def test_a_sender_waiting_for_delayed_acknowledgements_sleeps():
         ps.close()
 
 
+@contextlib.contextmanager
+def _serving(chunks: int, deadline_s: float | None = 5.0):
+    """A live PS receiver of one worker's `chunks` chunks, and that worker as a raw socket: yields (lay,
+    tag, port, server, w1)."""
+    lay = Layout([360 * chunks])
+    port = _free_udp_port()
+    tag = job_tag("train", port)
+    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=deadline_s))
+    w1 = _raw(W1)
+    w1.settimeout(2)
+    try:
+        yield lay, tag, port, server, w1
+    finally:
+        w1.close()
+        server.stop()
+
+
 def _ack_of(raw: bytes, tag: int, rank: int, lay: Layout):
     from pcnlab.workloads.ltp.wire import parse_ack
 
@@ -185,13 +202,7 @@ def test_the_ps_pulls_what_a_worker_lacks_once_its_last_datagram_is_in():
     again on the PS's own timer (NO_ECHO); the missing chunk completes the iteration."""
     from pcnlab.workloads.ltp.wire import FLAG_LAST, NO_ECHO, mask_of
 
-    lay = Layout([360 * 6])
-    port = _free_udp_port()
-    tag = job_tag("train", port)
-    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=5.0))
-    w1 = _raw(W1)
-    w1.settimeout(2)
-    try:
+    with _serving(6) as (lay, tag, port, server, w1):
         order = [0, 1, 3, 4, 5]                       # chunk 2 is "lost"
         answers = []
         for seq, c in enumerate(order):
@@ -209,9 +220,6 @@ def test_the_ps_pulls_what_a_worker_lacks_once_its_last_datagram_is_in():
         closed = server.wait(0, 2)
         assert closed.reason == "complete" and closed.stats["ltp_pulls"] >= 2
         assert closed.grad[0].tolist() == np.repeat(np.arange(6, dtype=np.float32), 360).tolist()
-    finally:
-        w1.close()
-        server.stop()
 
 
 def test_a_pulled_sender_resends_at_once_not_at_its_timers():
@@ -303,12 +311,7 @@ def test_an_automatic_deadline_comes_from_the_rate_the_ps_measured():
     from pcnlab.workloads.ltp.earlyclose import AUTO_FACTOR, UNMEASURED_DEADLINE_S
     from pcnlab.workloads.ltp.wire import FLAG_LAST
 
-    lay = Layout([360 * 24])
-    port = _free_udp_port()
-    tag = job_tag("train", port)
-    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=None))
-    w1 = _raw(W1)
-    try:
+    with _serving(24, deadline_s=None) as (lay, tag, port, server, w1):
         for it in range(2):
             for c in range(lay.chunks):
                 w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, FLAG_LAST if c == lay.chunks - 1 else 0,
@@ -326,9 +329,6 @@ def test_an_automatic_deadline_comes_from_the_rate_the_ps_measured():
                 ideal = 4 * lay.total / rate
                 assert closed.stats["ltp_deadline_ms"] == pytest.approx(1e3 * (AUTO_FACTOR * ideal + 0.003), rel=1e-3)
             server.release(it)
-    finally:
-        w1.close()
-        server.stop()
 
 
 def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_its_timer():
@@ -337,13 +337,7 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
     missing chunk sent at least its minimum RTT ago as lost and resends them first, at once."""
     from pcnlab.workloads.ltp.wire import FLAG_PULL, NO_ECHO, bitmap_of, pack_ack, parse_data
 
-    lay = Layout([360 * 6])
-    port = _free_udp_port()
-    tag = job_tag("train", port)
-    server = LtpServer((PS, port), tag, {1: W1}, lay, EarlyClose(deadline_s=5.0))
-    w1 = _raw(W1)
-    w1.settimeout(2)
-    try:                                                 # the PS's side: two chunks, then silence
+    with _serving(6) as (lay, tag, port, server, w1):   # the PS's side: two chunks, then silence
         for seq in range(2):
             w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, 0, 0, seq, 0, 360 * seq,
                                       np.zeros(360, dtype=np.float32), 2000)), (PS, port))
@@ -351,9 +345,6 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
         started = time.monotonic()
         pull = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
         assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 0.1
-    finally:
-        w1.close()
-        server.stop()
 
     with _sending(6, 0.5, 4.0) as (ps, tag, lay, sender, thread, out):   # the sender's side
         first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
