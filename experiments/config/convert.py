@@ -70,7 +70,8 @@ _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "MB":
 
 def _describe(key: Key) -> str:
     unit = f" {_UNIT_WORDS[key.unit]}" if key.unit else ""
-    return {"int": f"a whole number{unit}", "number": f"a number{unit}"}.get(key.type, key.type)
+    return {"int": f"a whole number{unit}", "number": f"a number{unit}", "lead": f"auto or a whole number{unit}",
+            "autonumber": f"auto or a number{unit}"}.get(key.type, key.type)
 
 
 def fmt(value: Any) -> str:

@@ -70,6 +70,9 @@ def test_an_automatic_deadline_flows_unchanged_from_the_file_to_the_processes(tm
             _error(tmp_path, extra="    transport: ltp\n    ltp_deadline_ms: soon"))
     with pytest.raises(UsageError, match="ltp_deadline_ms must be positive or auto"):
         JobSpec(**{**job.job_spec_kwargs(), "ltp_deadline_ms": "soon"})
+    # a deadline that never comes is refused, in words (the schema's type name was printed before)
+    assert ("ltp_deadline_ms: expected auto or a number of milliseconds, got inf" in
+            _error(tmp_path, extra="    transport: ltp\n    ltp_deadline_ms: .inf"))
 
 
 def test_one_swept_key_runs_ltp_against_each_tcp_variant(tmp_path):
