@@ -236,6 +236,24 @@ def test_a_spurious_timeout_gives_the_window_back():
     assert w.undo_timeout() is False and w.cwnd == 1
 
 
+def test_a_timeout_declares_lost_for_its_undo_only_what_waited_the_rto():
+    """seq 0 waited an RTO, seq 5 only RACK's reordering window (sent before the newest acknowledged one)
+    in the same pass: both are resent, but a late answer to 5 proves nothing of the timeout."""
+    from collections import deque
+
+    from pcnlab.workloads.ltp.sender import LtpSender
+
+    sender = object.__new__(LtpSender)          # its loss detection alone, no socket
+    sender.rtt, sender.window, sender.seq = RttEstimator(), AimdWindow(cwnd=8.0), 10
+    sender.rtt.update(0.010)
+    now, rto, reorder = 100.0, sender.rtt.rto(), sender.rtt.reorder_window()
+    outstanding = {0: (0, now - rto - 1e-3), 5: (1, now - 0.010 - reorder - 1e-4), 9: (2, now - 1e-4)}
+    pending: deque = deque()
+    declared = sender._detect_losses(outstanding, np.zeros(3, dtype=bool), pending, now, now - 5e-5, 0.010)
+    assert declared == {0} and sorted(pending) == [0, 1] and list(outstanding) == [9]
+    assert sender.window.timeouts == 1
+
+
 def test_early_close_on_the_threshold_once_every_last_datagram_is_in():
     ec = EarlyClose(deadline_s=0.5)
     # every worker past theta at 1.1 s, a grace of 0.5 s: without the LAST datagrams it waits for the grace,

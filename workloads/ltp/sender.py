@@ -134,6 +134,7 @@ class LtpSender:
         start_ns = time.monotonic_ns()
         start = start_ns / 1e9
         self.rtt.backoff = 0   # a new iteration's data: the last one's timer backoff does not carry over
+        self.window.settle()   # nor a timeout of the last send that no answer decided
         give_up = start + deadline_s
         rng = np.random.default_rng([self.seed, self.rank, it])
         pending = deque(int(c) for c in rng.permutation(lay.chunks))
@@ -236,7 +237,9 @@ class LtpSender:
             elif now - last_heard > self.idle_timeout_s:
                 raise ConnectionError(f"no acknowledgement from the PS at {self.dest[0]}:{self.dest[1]} for "
                                       f"{self.idle_timeout_s:.0f} s")
-            timed_out |= self._detect_losses(outstanding, acked, pending, now, rack_xmit, rack_rtt)
+            declared = self._detect_losses(outstanding, acked, pending, now, rack_xmit, rack_rtt)
+            if declared and not timed_out:   # the first of consecutive timeouts, whose window an undo restores
+                timed_out = declared
         end_ns = time.monotonic_ns()
         acked_elems = int(lay.count[acked].sum())
         return SendResult(it, outcome, lay.chunks, int(acked.sum()), datagrams, retransmissions, sent_bytes,
@@ -279,17 +282,18 @@ class LtpSender:
         rto = self.rtt.rto()
         oldest = next(iter(outstanding.values()))[1]
         timed_out = now - oldest >= rto
-        lost = [seq for seq, (_, t) in outstanding.items()
+        lost = [(seq, t) for seq, (_, t) in outstanding.items()
                 if timed_out and now - t >= rto or (t < rack_xmit and now - t >= rack_rtt + reorder)]
         if not lost:
             return set()
         if timed_out:
             self.window.on_timeout(self.seq - 1)
             self.rtt.timed_out()
-        for seq in reversed(lost):
+        for seq, _ in reversed(lost):
             c, _ = outstanding.pop(seq)
             if not timed_out:
                 self.window.on_loss(seq, self.seq - 1)
             if not acked[c]:
                 pending.appendleft(c)
-        return set(lost) if timed_out else set()
+        # Only those that waited the RTO: one RACK found lost in the same pass is not the timeout's to undo.
+        return {seq for seq, t in lost if now - t >= rto} if timed_out else set()
