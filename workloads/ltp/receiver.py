@@ -238,19 +238,21 @@ class LtpServer:
         """The rows that have sent part of their gradient and not all of it: what a pull is for."""
         return (slot.heard_ns > 0) & ~slot.mask.all(axis=1)
 
+    @staticmethod
+    def _pull_due_ns(slot: _Slot, row: int) -> float:
+        """When a silent worker is pulled: PULL_RTTS of its smoothed RTT (at least MIN_PULL_S) after its
+        latest datagram or pull."""
+        return slot.heard_ns[row] + 1e9 * max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[row])
+
     def _next_pull(self, slot: _Slot) -> float | None:
         rows = np.flatnonzero(self._waiting(slot))
-        if not len(rows):
-            return None
-        return min(slot.heard_ns[r] / 1e9 + max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[r]) for r in rows)
+        return min(self._pull_due_ns(slot, r) for r in rows) / 1e9 if len(rows) else None
 
     def _pull_silent(self, slot: _Slot, now_ns: int) -> None:
-        """Pull (NO_ECHO) from each worker whose gradient is partly in and that has been silent
-        PULL_RTTS of its smoothed RTT since its latest datagram or pull."""
+        """Pull (NO_ECHO) from each worker whose gradient is partly in and whose pull is due."""
         for row in np.flatnonzero(self._waiting(slot)):
             rank = self.ranks[row]
-            wait_ns = 1e9 * max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[row])
-            if rank in self.peer and now_ns - slot.heard_ns[row] >= wait_ns:
+            if rank in self.peer and now_ns >= self._pull_due_ns(slot, row):
                 self._send_ack(self.peer[rank], rank, FLAG_PULL, slot.iter, NO_ECHO, slot.mask[row])
                 slot.heard_ns[row] = now_ns
                 slot.pulls += 1
@@ -375,6 +377,7 @@ class LtpServer:
         total = 4 * self.layout.total
         received = 4 * slot.elements
         early = slot.reason != COMPLETE
+        rate = slot.port_rate
         return {
             "ltp_close": slot.reason, "early_close": slot.reason if early else None,
             "early_close_ns": slot.close_ns if early else None, "ltp_first_ns": slot.first_ns,
@@ -386,7 +389,7 @@ class LtpServer:
             "delivered_by_rank": {str(r): round(float(received[self.row[r]] / total), 5) for r in self.ranks},
             "ltp_datagrams": slot.datagrams, "ltp_duplicates": slot.duplicates, "ltp_pulls": slot.pulls,
             "ltp_deadline_ms": round(slot.deadline_s * 1e3, 3) if slot.deadline_s is not None else None,
-            "ltp_rate_mbps": round(8 * slot.port_rate / 1e6, 3) if slot.port_rate else None,
+            "ltp_rate_mbps": round(8 * rate / 1e6, 3) if rate else None,
             "ltp_transmissions_seen": int(slot.seq_count.sum()),
             "ltp_counters": {"read": self.read_datagrams, "rcvbuf_drops": self.rcvbuf_drops,
                              **{k: v for k, v in self.rejected.items() if v}},
