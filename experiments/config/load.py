@@ -44,11 +44,12 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
         for parts in sweep.targets:
             check_path(".".join(parts), tree, sweep.where, "sweep key", all_topology_params=swept_topology)
     for sweep in sweeps:
-        twice = [key for i, key in enumerate(sweep.normals()) if key in sweep.normals()[:i]]
+        keys = sweep.normals()
+        twice = [key for i, key in enumerate(keys) if key in keys[:i]]
         if twice:
             raise error(sweep.where, "", f"sweep key {sweep.key!r}: {twice[0]!r} appears twice in the zipped key; "
                                          "name each key once")
-        for key in sweep.normals():
+        for key in keys:
             for other, first in seen_keys.items():
                 if covers(other, key) or covers(key, other):
                     raise error(sweep.where, "", f"sweep key {sweep.key!r} overlaps {first.key!r}; sweep each "

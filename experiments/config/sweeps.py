@@ -125,6 +125,11 @@ def covers(fixed: str, swept: str) -> bool:
 ZIP = "+"                      # joins the dotted keys of a zipped sweep
 
 
+def _targets(key: str) -> list[list[str]]:
+    """The parts of each dotted key a sweep key names (several when zipped with ZIP)."""
+    return [part.strip().split(".") for part in key.split(ZIP)]
+
+
 @dataclass
 class Sweep:
     key: str                   # as written
@@ -162,7 +167,7 @@ def _sweep_entry(key: str, values: Raw, where: Where) -> Sweep:
     if len(values.value) > MAX_RUNS:
         raise error(values.where, f"sweep.{key}", f"{len(values.value)} values; an experiment has at most "
                                                   f"{MAX_RUNS} runs")
-    targets = [part.strip().split(".") for part in key.split(ZIP)]
+    targets = _targets(key)
     if len(targets) > 1 and not all(all(targets_part) for targets_part in targets):
         raise error(where, f"sweep.{key}", f"a zipped sweep key joins dotted keys with {ZIP!r}, e.g. "
                                            "jobs.0.compression+jobs.0.compression_ratio; one of them is empty")
@@ -218,7 +223,7 @@ def apply_override(item: str, tree: Raw, sweeps: list[Sweep]) -> tuple[Raw, list
     if key.startswith("sweep."):
         sweep_key = key[len("sweep."):]
         if value.value is None:                      # --set sweep.mode=  removes that sweep
-            named = {normal(part.strip().split(".")) for part in sweep_key.split(ZIP)}
+            named = {normal(parts) for parts in _targets(sweep_key)}
             return tree, [s for s in sweeps if set(s.normals()) != named]
         entry = _sweep_entry(sweep_key, value, where)
         for parts in entry.targets:
