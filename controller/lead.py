@@ -127,7 +127,8 @@ class LeadTracker:
         # and each lead tried costs `tries` of them; three tries of each are noisy, so the climb does not
         # stop at the first step that looked no better: pcn-training stayed at 9-14 ms, 10 packets, for
         # 40 starts where 32 ms met 5.8), and a shorter one only while the shortest tried is the best.
-        first = min(range(len(ladder)), key=lambda i: abs(math.log(ladder[i] / max(self._first, 1))))
+        # The first lead's place (a rung; the period's cap removes only rungs above it: then the longest left).
+        first = ladder.index(self._first) if self._first in ladder else len(ladder) - 1
         for rung in ladder[max(first - 1, 0):first + 3]:
             if rung not in scores:
                 return rung
