@@ -80,7 +80,8 @@ class RunExecution:
         telemetry = bmv2 and bool(run.telemetry.every)
         topo = run.topology.build(monitors=telemetry)
         options = NetworkOptions(switch=run.switch.kind, packet_log=run.switch.packet_log, pcap=run.switch.pcap,
-                                 pace_hosts=run.switch.pace_hosts, host_queue=run.switch.host_queue)
+                                 pace_hosts=run.switch.pace_hosts, host_queue=run.switch.host_queue,
+                                 realtime=run.switch.realtime)
         check_supported(topo, options)
         with PcnNetwork(topo, path, ledger, options) as net:
             sampler = CpuSampler(ledger, path / "cpu.csv").start()

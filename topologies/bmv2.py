@@ -3,10 +3,19 @@
 The switch starts without a program (`--no-p4`); the controller pushes the pipeline over P4Runtime.
 Its gRPC server listens on 127.0.0.1 only; its log, its console output and (when asked) its pcaps go
 to the run's folder. It is stopped by its PID, never by a name pattern.
+
+`realtime` starts it under SCHED_FIFO (`chrt --fifo`; its threads inherit the policy). BMv2 hands each
+packet between threads (receive, ingress, egress, transmit) that sleep in between; under the default
+policy a thread a packet wakes waits for a CPU like any other, and on 2 cores it waited up to a
+scheduler slice (about 1 ms) behind a worker's or the PS's Python, the moment the workers' packets
+converge (perf sched: a BMv2 thread 962 µs runnable while a worker's Python ran 742 µs on one
+CPU and the runner's Python and BMv2's other threads the other). A real-time thread preempts them at
+once.
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
@@ -21,6 +30,11 @@ from pcnlab.toolchain import Bmv2Build, bmv2_build
 
 class Bmv2StartError(PcnLabError):
     """simple_switch_grpc exited or did not open its ports."""
+
+
+# SCHED_FIFO priority of a realtime switch (1-99): above every ordinary process, below the kernel's own
+# real-time threads (migration, watchdogs at 99).
+REALTIME_PRIORITY = 10
 
 
 def port_is_free(port: int, host: str = "0.0.0.0") -> bool:
@@ -46,6 +60,15 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def realtime_prefix(name: str) -> list[str]:
+    """What runs a command under SCHED_FIFO at REALTIME_PRIORITY (its threads inherit it)."""
+    chrt = shutil.which("chrt")
+    if chrt is None:
+        raise Bmv2StartError(f"{name}: switch.realtime needs chrt (util-linux), not found; install it or set "
+                             "realtime: false")
+    return [chrt, "--fifo", str(REALTIME_PRIORITY)]
+
+
 class Bmv2Switch(Switch):
     """One simple_switch_grpc per Mininet switch.
 
@@ -57,12 +80,14 @@ class Bmv2Switch(Switch):
       packet_log    write BMv2's per-packet log (runs the logging build; slow)
       pcap          write a pcap per port
       cpu_port      P4Runtime packet-in/out port (default: none)
+      realtime      run under SCHED_FIFO (see the module's docstring)
       on_process    called with (pid, description) as soon as the process exists (the run's ledger)
     """
 
     def __init__(self, name: str, device_id: int | None = None, grpc_port: int | None = None,
                  thrift_port: int | None = None, log_dir: str | Path | None = None,
                  packet_log: bool = False, pcap: bool = False, cpu_port: int | None = None,
+                 realtime: bool = False,
                  on_process: Callable[[int, str], None] | None = None,
                  build: Bmv2Build | None = None, **params):
         super().__init__(name, **params)
@@ -76,6 +101,7 @@ class Bmv2Switch(Switch):
         self.log_dir = Path(log_dir or "/tmp")
         self.pcap = pcap
         self.cpu_port = cpu_port
+        self.realtime = realtime
         self.on_process = on_process
         self.process: subprocess.Popen | None = None
 
@@ -90,6 +116,8 @@ class Bmv2Switch(Switch):
     def command(self) -> list[str]:
         cmd = [str(self.build_info.switch), "--no-p4", "--device-id", str(self.device_id),
                "--thrift-port", str(self.thrift_port)]
+        if self.realtime:
+            cmd = realtime_prefix(self.name) + cmd
         for port, intf in sorted(self.port_map().items()):
             cmd += ["-i", f"{port}@{intf}"]
         if self.packet_log:

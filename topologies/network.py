@@ -43,6 +43,7 @@ class NetworkOptions:
     host_cpu: float | None = None    # CPU share per host (CPULimitedHost); None: no limit
     pace_hosts: bool = False         # bmv2: hosts send at most their link's rate (see host_pacing)
     host_queue: str = "fifo"         # a paced host's queue: fifo (host_pacing) or fair (fair_host_pacing)
+    realtime: bool = False           # bmv2: switches under SCHED_FIFO (Bmv2Switch, realtime)
 
     def __post_init__(self):
         if self.switch not in SWITCH_KINDS:
@@ -197,7 +198,7 @@ class PcnNetwork:
             n = int("".join(ch for ch in name if ch.isdigit()))
             return TrackedBmv2Switch(
                 name, ledger=self.ledger, log_dir=self.run_dir,
-                packet_log=self.options.packet_log, pcap=self.options.pcap,
+                packet_log=self.options.packet_log, pcap=self.options.pcap, realtime=self.options.realtime,
                 grpc_port=base_grpc + n - 1 if base_grpc else None,
                 thrift_port=base_thrift + n - 1 if base_thrift else None,
                 on_process=self.ledger.add_process, **params)

@@ -53,6 +53,9 @@ def build(tree: Raw, ctx: Context) -> dict:
         raise error(first_where(sw.get("pace_hosts"), fallback=doc_where), "switch.pace_hosts",
                     f"applies to bmv2 switches only (on {switch.kind}, links are shaped at both ends already); "
                     "remove it")
+    if switch.realtime and switch.kind != "bmv2":
+        raise error(first_where(sw.get("realtime"), fallback=doc_where), "switch.realtime",
+                    f"applies to bmv2 switches only ({switch.kind} forwards in the kernel); remove it")
     if switch.host_queue != "fifo" and not switch.pace_hosts:
         raise error(first_where(sw.get("host_queue"), fallback=doc_where), "switch.host_queue",
                     "is the queue of a paced host: add pace_hosts: true, or remove it")

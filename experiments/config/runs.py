@@ -54,6 +54,7 @@ class SwitchConfig:
     pcap: bool = default("switch", "pcap")
     pace_hosts: bool = default("switch", "pace_hosts")
     host_queue: str = default("switch", "host_queue")
+    realtime: bool = default("switch", "realtime")
 
 
 def link_limit(switch: SwitchConfig) -> tuple[float, str]:

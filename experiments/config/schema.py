@@ -187,6 +187,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "after another); fair: one queue per destination host, served in turn (HTB), as a Linux host's default "
             "fq_codel interleaves flows: concurrent pushes reach every worker together (topologies/network.py "
             "fair_host_pacing)", choices=HOST_QUEUES, what="host queue"),
+        Key("realtime", "bool", False, "bmv2: each switch runs under SCHED_FIFO (`chrt --fifo`), so a packet "
+            "that wakes one of its threads preempts the hosts' processes, as a hardware switch never waits for a "
+            "host's CPU. Without it, on 2 cores, BMv2's threads waited up to a scheduler slice behind the workers' "
+            "Python where their packets converge (burstiness-paper: processing lag p95 0.65-0.8 ms, with it 85-106 "
+            "µs). A switch busy near a whole core then takes that CPU from the hosts (the kernel leaves them 5 %)"),
     ),
     "mode": (
         Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "

@@ -72,6 +72,12 @@ def test_ltp_incast_paces_its_hosts():
     assert len(runs) == 12 and all(r.switch.pace_hosts for r in runs)
 
 
+def test_burstiness_paper_runs_its_switch_realtime():
+    runs = load_experiment(EXPERIMENTS / "burstiness-paper.yaml").runs()
+    assert len(runs) == 3 and all(r.switch.realtime and r.switch.kind == "bmv2" for r in runs)
+    assert RunConfig.from_dict(json.loads(json.dumps(runs[0].to_dict()))) == runs[0]
+
+
 def test_scaling_takes_the_first_n_workers():
     runs = load_experiment(EXPERIMENTS / "scaling.yaml").runs()
     assert [len(r.jobs[0].workers) for r in runs] == [1, 2, 4, 6]
@@ -87,8 +93,8 @@ def test_every_default_is_resolved(tmp_path):
     assert run.experiment == "exp" and run.name == "run" and run.seed == 0 and run.repetition == 1
     assert run.topology.params == {"hosts": 3, "bw": 20.0, "queue": 60, "first_bw": 20.0}
     assert run.topology.queue_rates_pps() == {"bw": 1651, "first_bw": 1651}
-    assert (run.switch.kind, run.switch.packet_log, run.switch.pcap, run.switch.pace_hosts) == \
-        ("bmv2", False, False, False)
+    assert (run.switch.kind, run.switch.packet_log, run.switch.pcap, run.switch.pace_hosts, run.switch.realtime) == \
+        ("bmv2", False, False, False, False)
     assert run.mode.kind == "droptail" and (run.mode.K, run.mode.K_pre) == (40, 10)
     assert run.mode.lead_us == "auto" and run.mode.guard_us == 1000
     assert run.jobs[0].burst_gap_us is None and run.jobs[0].burst_min_payload == 64
