@@ -40,7 +40,11 @@ END = "end"        # the key's own burst end: its last data packet before a sile
 
 @dataclass(frozen=True)
 class ChainConfig:
-    lags: int = 12              # recent lags per (target, cause) behind the median
+    lags: int = 6               # recent lags per (target, cause) behind the median (12 kept the lags learned
+                                # before the windows opened: a PS's reply ends sooner once its acknowledgements
+                                # no longer wait in the drained queue, and pcn-training-resnet's starts came
+                                # 15-50 ms before the forecast for 5-8 iterations; replayed, 6 brings the
+                                # chain's p50 error there from 5.9 to 4.5 ms and leaves coverage as it was)
     errors: int = 12            # recent errors per model behind the choice and the window's reach
     min_errors: int = 2         # a model with fewer scored starts cannot be chosen over the rhythm (3 left
                                 # pcn-training-resnet's iteration 3 uncovered at 19-28 packets; replayed,
@@ -57,6 +61,9 @@ class ChainConfig:
     min_gate_us: float = 1000.0
     arm_hit_rate: float = 0.6   # a chain prediction is confident when this share of recent starts hit
     max_starts: int = 8         # recent starts kept per key
+    provisional_share: float = 0.05  # until a target's models are scored min_errors times it is forecast
+                                # from FIRST's lags (provisional), spread this x the lag (a PS's third
+                                # iteration: it met 23-29 packets uncovered on resnet); 0: never
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class ChainForecast:
     hit_rate: float
     errors: int           # scored starts behind rms_us and hit_rate
     period_us: float      # the target's median interval between starts
+    provisional: bool = False  # from a lag no start has scored yet (no model chosen for the target)
 
 
 def _rms(values: Sequence[float]) -> float:
@@ -253,22 +261,31 @@ class ChainModels:
     def on_cause(self, report: BurstReport) -> list[ChainForecast]:
         """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
         each target whose chosen model is this cause (or FIRST), when this is the cause's first start
-        since the target's last report."""
+        since the target's last report. A target none of whose models has been scored min_errors times
+        yet is forecast from FIRST, provisionally: its lags are all there is."""
         out = []
         for target in self._others(report.key):
             model = self.chosen(target)
-            if model == RHYTHM:
+            provisional = model == RHYTHM and self.config.provisional_share > 0 and not self._scored(target)
+            if model == RHYTHM and not provisional:
                 continue
+            model = FIRST if provisional else model
             last = self._seen[target]
             if report.t_us <= last:
                 continue
             if model not in (FIRST, str(report.key.port)) or \
                     self._causes(target, last, report.t_us).get(model) != report.t_us:
                 continue  # not its cause, or not the cause's first start since the target's last
-            forecast = self._forecast_of(target, model, report.t_us)
+            forecast = self._forecast_of(target, model, report.t_us, provisional)
             if forecast is not None:
                 out.append(forecast)
         return out
+
+    def _scored(self, key: BurstKey) -> bool:
+        """Has any pair of `key` scored enough starts to be chosen? (The rhythm's scores do not count: a
+        job's set-up traffic scores it before the first iteration.)"""
+        return any(len(errs) >= self.config.min_errors for (k, m), errs in self._errors.items()
+                   if k == key and m != RHYTHM)
 
     def on_end(self, key: BurstKey, end_us: int, seen_us: int) -> list[ChainForecast]:
         """The switch saw at `seen_us` that `key`'s burst ended at `end_us` (its last data packet before a
@@ -281,7 +298,8 @@ class ChainModels:
         forecast = self._forecast_of(key, END, end_us)
         return [forecast] if forecast is not None else []
 
-    def _forecast_of(self, target: BurstKey, model: str, cause_us: int) -> ChainForecast | None:
+    def _forecast_of(self, target: BurstKey, model: str, cause_us: int,
+                     provisional: bool = False) -> ChainForecast | None:
         cfg = self.config
         pair = self._pairs.get((target, model))
         predicted = pair.predict(cause_us) if pair is not None else None
@@ -290,9 +308,11 @@ class ChainModels:
         self._forecast[target] = (model, predicted)
         errs = self.errors(target, model)
         rms = _rms(errs)
+        if provisional:  # its spread from the lag, or from the errors it has if they are wider
+            rms = max(rms if errs else 0.0, cfg.provisional_share * (predicted - cause_us))
         gate = max(cfg.gate_sigmas * rms, cfg.min_gate_us)
         hits = sum(abs(e) <= gate for e in errs) / len(errs) if errs else 0.0
-        return ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target))
+        return ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target), provisional)
 
     def forget_switch(self, switch: str) -> None:
         """A restarted switch has a new clock: what was learned from it is void."""

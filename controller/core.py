@@ -72,7 +72,8 @@ class WindowScheduler:
             # Its next start is predicted when its cause is reported; the window open now stays.
             prediction = None
             self._pending.pop(key, None)
-        forecasts = tuple(self._chain_prediction(fc) for fc in self.chains.on_cause(report))
+        forecasts = tuple(self._chain_prediction(fc) for fc in self.chains.on_cause(report)
+                          if not (fc.provisional and self._rhythm_confident(fc.target, t)))
         for forecast in forecasts:
             changes += self._plan(forecast.key, forecast, t)
         observation = replace(observation, prediction=prediction, model=model, forecasts=forecasts,
@@ -128,12 +129,19 @@ class WindowScheduler:
         period = forecast.period_us or (rhythm.period_us if rhythm is not None else 0.0) or 0.0
         early, late = reach(self.chains.errors(forecast.target, forecast.model), forecast.rms_us, cfg.spread,
                             cfg.max_open_share * period)
-        confident = forecast.errors >= chain_cfg.min_errors and forecast.hit_rate >= chain_cfg.arm_hit_rate
+        # A provisional forecast (nothing scored yet for its target, whose rhythm is not confident) is armed:
+        # a PS's third iteration would otherwise meet the standing queue (resnet: 23-29 packets).
+        confident = forecast.provisional or (forecast.errors >= chain_cfg.min_errors
+                                             and forecast.hit_rate >= chain_cfg.arm_hit_rate)
         gate = max(chain_cfg.gate_sigmas * forecast.rms_us, chain_cfg.min_gate_us)
         return Prediction(key=forecast.target, next_start_us=forecast.next_start_us, period_us=period,
                           confidence=forecast.hit_rate, jitter_us=forecast.rms_us, based_on=forecast.errors,
                           tolerance_us=gate, queue_pkts=rhythm.queue_pkts if rhythm is not None else 0,
                           confident=confident, model=forecast.model, early_us=early, late_us=late)
+
+    def _rhythm_confident(self, key: BurstKey, now_us: int) -> bool:
+        rhythm = self.bank.forecast(key, now_us)
+        return rhythm is not None and rhythm.confident
 
     def tick(self, switch: str, now_us: int) -> list[WindowChange]:
         changes: list[WindowChange] = []
