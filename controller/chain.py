@@ -40,11 +40,11 @@ END = "end"        # the key's own burst end: its last data packet before a sile
 
 @dataclass(frozen=True)
 class ChainConfig:
-    lags: int = 6               # recent lags per (target, cause) behind the median (12 kept the lags learned
-                                # before the windows opened: a PS's reply ends sooner once its acknowledgements
-                                # no longer wait in the drained queue, and pcn-training-resnet's starts came
-                                # 15-50 ms before the forecast for 5-8 iterations; replayed, 6 brings the
-                                # chain's p50 error there from 5.9 to 4.5 ms and leaves coverage as it was)
+    lags: int = 6               # recent lags per (target, cause) behind the median (a PS warms up: on
+                                # pcn-training-resnet the reply-to-gradients lag falls from ~370 to ~305 ms
+                                # over 20 iterations, with pcn-host's announcements as with our windows, and
+                                # a median of 12 erred 20-35 ms early for 5-8 iterations; replayed on 18 runs,
+                                # 6 brings the p50 error from iteration 3 from 6.0 to 4.9 ms, coverage as it was)
     errors: int = 12            # recent errors per model behind the choice and the window's reach
     min_errors: int = 2         # a model with fewer scored starts cannot be chosen over the rhythm (3 left
                                 # pcn-training-resnet's iteration 3 uncovered at 19-28 packets; replayed,
