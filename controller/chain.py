@@ -61,7 +61,7 @@ class ChainConfig:
     min_gate_us: float = 1000.0
     arm_hit_rate: float = 0.6   # a chain prediction is confident when this share of recent starts hit
     max_starts: int = 8         # recent starts kept per key
-    provisional_share: float = 0.05  # until a target's models are scored min_errors times it is forecast
+    provisional_share: float = 0.05  # until a target's pairs are scored min_errors times it is forecast
                                 # from FIRST's lags (provisional), spread this x the lag (a PS's third
                                 # iteration: it met 23-29 packets uncovered on resnet); 0: never
 
@@ -77,7 +77,7 @@ class ChainForecast:
     hit_rate: float
     errors: int           # scored starts behind rms_us and hit_rate
     period_us: float      # the target's median interval between starts
-    provisional: bool = False  # from a lag no start has scored yet (no model chosen for the target)
+    provisional: bool = False  # from FIRST's lags before any pair of the target was scored min_errors times
 
 
 def _rms(values: Sequence[float]) -> float:
@@ -261,8 +261,9 @@ class ChainModels:
     def on_cause(self, report: BurstReport) -> list[ChainForecast]:
         """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
         each target whose chosen model is this cause (or FIRST), when this is the cause's first start
-        since the target's last report. A target none of whose models has been scored min_errors times
-        yet is forecast from FIRST, provisionally: its lags are all there is."""
+        since the target's last report. A target none of whose pairs has been scored min_errors times
+        yet (and whose rhythm is not confident: core.py) is forecast from FIRST, provisionally: its lags
+        are all there is."""
         out = []
         for target in self._others(report.key):
             model = self.chosen(target)
