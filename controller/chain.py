@@ -232,8 +232,7 @@ class ChainModels:
         (a pair's first lags, learned while the job started) would hold an RMS up for a dozen
         iterations."""
         cfg = self.config
-        scored = {m: _median([abs(e) for e in errs]) for (k, m), errs in self._errors.items()
-                  if k == key and len(errs) >= cfg.min_errors}
+        scored = {m: _median([abs(e) for e in errs]) for m, errs in self._scoreable(key).items()}
         if not scored:
             return
         best = min(scored, key=lambda m: (scored[m], m != RHYTHM))
@@ -282,11 +281,14 @@ class ChainModels:
                 out.append(forecast)
         return out
 
+    def _scoreable(self, key: BurstKey) -> dict[str, deque[float]]:
+        """The recent errors of each model of `key` with enough scored starts to be chosen."""
+        return {m: errs for (k, m), errs in self._errors.items() if k == key and len(errs) >= self.config.min_errors}
+
     def _scored(self, key: BurstKey) -> bool:
         """Has any pair of `key` scored enough starts to be chosen? (The rhythm's scores do not count: a
         job's set-up traffic scores it before the first iteration.)"""
-        return any(len(errs) >= self.config.min_errors for (k, m), errs in self._errors.items()
-                   if k == key and m != RHYTHM)
+        return any(m != RHYTHM for m in self._scoreable(key))
 
     def on_end(self, key: BurstKey, end_us: int, seen_us: int) -> list[ChainForecast]:
         """The switch saw at `seen_us` that `key`'s burst ended at `end_us` (its last data packet before a
