@@ -11,12 +11,14 @@ control-port guard, by the name the run gave it). Nothing is matched by a name p
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -154,6 +156,11 @@ class RunLedger:
             self.data.processes.append(ProcessEntry(pid, start, what))
             self._save()
 
+    def making_namespace(self) -> contextlib.AbstractContextManager:
+        """Hold this around making a namespace and recording it (add_namespace): no cleaner scans
+        namespaces between the two, when the new namespace may carry a dead run's inode unrecorded."""
+        return cleaners_turn(self.index_entry.parent)
+
     def add_namespace(self, node: str, pid: int) -> None:
         start, inode = process_start_time(pid), netns_inode(pid)
         if start is not None and inode is not None:
@@ -241,9 +248,26 @@ def _namespaces_of_live_runs(state_dir: Path, other_than: str) -> dict[int, int]
     return taken
 
 
+@contextlib.contextmanager
+def cleaners_turn(state_dir: Path = DEFAULT_STATE_DIR) -> Iterator[None]:
+    """One at a time: a cleaner, or a run making a namespace and recording it. Without it a run's
+    close scanned /proc while the next run had made its monitor hosts' namespaces with the inodes of
+    the first run's, not yet recorded, and killed their shells (measured in CI: the second run then
+    hung in Mininet's teardown on a dead shell)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / ".clean.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def clean_ledger(data: LedgerData, state_dir: Path = DEFAULT_STATE_DIR) -> CleanReport:
     """Remove exactly what the ledger lists, in the order that lets the kernel do the rest; never a
     namespace a live run (its ledger in `state_dir`) has made since."""
+    with cleaners_turn(state_dir):
+        return _clean_ledger(data, state_dir)
+
+
+def _clean_ledger(data: LedgerData, state_dir: Path) -> CleanReport:
     report = CleanReport(data.run_id)
     victims: dict[int, str] = {}
     for proc in data.processes:
@@ -329,12 +353,10 @@ def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
     """Clean every dead run; concurrent cleaners take turns, so each dead run is cleaned once, whole.
     A dead run still "running" in its status.json is marked "killed", with when it was found."""
     reports = []
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / ".clean.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cleaners_turn(state_dir):
         for entry, data in stale_ledgers(state_dir):
             if data is not None:
-                reports.append(clean_ledger(data, state_dir))
+                reports.append(_clean_ledger(data, state_dir))
                 reports[-1].marked_killed = status_of(data.run_dir) == "running"
                 if reports[-1].marked_killed:
                     write_status(Path(data.run_dir), "killed", {

@@ -60,10 +60,12 @@ class _Tracked:
         super().__init__(name, **params)
 
     def startShell(self, *args, **kwargs):  # noqa: N802  (Mininet's name)
-        super().startShell(*args, **kwargs)
         if self.inNamespace:
-            self._ledger.add_namespace(self.name, self.pid)
+            with self._ledger.making_namespace():
+                super().startShell(*args, **kwargs)
+                self._ledger.add_namespace(self.name, self.pid)
         else:
+            super().startShell(*args, **kwargs)
             self._ledger.add_process(self.pid, f"shell of {self.name}")
 
 

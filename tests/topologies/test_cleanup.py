@@ -148,3 +148,42 @@ def test_a_namespace_inode_a_live_run_reused_is_left_alone(tmp_path):
         if other.poll() is None:
             other.kill()
             other.wait()
+
+
+@needs_root
+def test_a_namespace_being_made_and_not_yet_recorded_is_left_alone(tmp_path):
+    """A run makes a namespace that carries a dead run's inode and records it a moment later; a cleaner
+    of the dead run waits for the record and then leaves it alone. Measured before the fix (CI,
+    2026-11-26): a run's close killed the next run's monitor hosts' shells between the two, and that
+    run hung in Mininet's teardown."""
+    import threading
+
+    from pcnlab.ledger import NamespaceEntry, RunLedger, clean_ledger, netns_inode
+
+    state = tmp_path / "state"
+    live = RunLedger("live", tmp_path / "live", state)
+    reports: list = []
+    with live.making_namespace():
+        other = subprocess.Popen(["unshare", "--net", "sleep", "60"])   # the live run's new host
+        try:
+            deadline = time.monotonic() + 5
+            while netns_inode(other.pid) == netns_inode(os.getpid()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            dead = LedgerData(run_id="dead", run_dir=str(tmp_path), owner_pid=1, owner_start_time=1,
+                              started_wall=0.0, namespaces=[NamespaceEntry("h1", 1, 1, netns_inode(other.pid))])
+            cleaner = threading.Thread(target=lambda: reports.append(clean_ledger(dead, state)))
+            cleaner.start()
+            cleaner.join(0.5)
+            assert cleaner.is_alive()                                   # it waits for the namespace's record
+            live.add_namespace("h1", other.pid)
+        except BaseException:
+            other.kill()
+            other.wait()
+            raise
+    try:
+        cleaner.join(10)
+        assert reports and not reports[0].killed and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+        live.close()
