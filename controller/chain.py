@@ -14,8 +14,8 @@ of notice).
 
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
 the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
-the smaller wins, with a margin before the choice changes. Nothing is assumed about the pattern (PS,
-sharded PS, ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins
+the smaller wins, by a fifth and by a millisecond before the choice changes. Nothing is assumed about
+the pattern (PS, sharded PS, ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins
 at the PS; a ring rank's neighbour starts too shortly before it to be a cause.
 
 The window's reach either side of a prediction comes from the chosen model's own errors (`reach`):
@@ -56,7 +56,12 @@ class ChainConfig:
     notice_us: int = 100_000    # though one this far ahead gives notice enough whatever the period (a
                                 # window reaching further ahead of its start than this less the write
                                 # notice is then skipped as late)
-    switch_margin: float = 0.8  # a challenger's error must be under this x the chosen model's to take over
+    switch_margin: float = 0.8  # a challenger's error must be under this x the chosen model's to take over,
+    min_gain_us: float = 1000.0  # and under it by this much: a clock's sub-ms errors are no reason to leave
+                                # it (measured: two periodic jobs into one port, one chose its own END by
+                                # 0.2 ms against 0.4 ms; the switch reports the end of the port's last job
+                                # only, so the other job's bursts hid 3-6 of its 35 ENDs, and their starts
+                                # had no window)
     gate_sigmas: float = 4.0    # a start within gate_sigmas x RMS of the prediction is a hit
     min_gate_us: float = 1000.0
     arm_hit_rate: float = 0.6   # a chain prediction is confident when this share of recent starts hit
@@ -238,7 +243,7 @@ class ChainModels:
         best = min(scored, key=lambda m: (scored[m], m != RHYTHM))
         current = self._chosen.get(key, RHYTHM)
         held = scored.get(current, math.inf)
-        if best != current and scored[best] < cfg.switch_margin * held:
+        if best != current and scored[best] < min(cfg.switch_margin * held, held - cfg.min_gain_us):
             self._chosen[key] = best
 
     # --- what the scheduler asks ---------------------------------------------------------------------
