@@ -266,8 +266,8 @@ class ChainModels:
         """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
         each target whose chosen model is this cause (or FIRST), when this is the cause's first start
         since the target's last report. A target none of whose pairs has been scored min_errors times
-        yet (and whose rhythm is not confident: core.py) is forecast from FIRST, provisionally: its lags
-        are all there is."""
+        yet (unless its rhythm is confident and errs within the forecast's spread: core.py) is forecast
+        from FIRST, provisionally: its lags are all there is."""
         out = []
         for target in self._others(report.key):
             model = self.chosen(target)

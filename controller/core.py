@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from statistics import median
 
 from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction
 from pcnlab.controller.chain import RHYTHM, ChainForecast, ChainModels, reach
@@ -73,7 +74,7 @@ class WindowScheduler:
             prediction = None
             self._pending.pop(key, None)
         forecasts = tuple(self._chain_prediction(fc) for fc in self.chains.on_cause(report)
-                          if not (fc.provisional and self._rhythm_confident(fc.target, t)))
+                          if not (fc.provisional and self._rhythm_holds(fc, t)))
         for forecast in forecasts:
             changes += self._plan(forecast.key, forecast, t)
         observation = replace(observation, prediction=prediction, model=model, forecasts=forecasts,
@@ -129,7 +130,7 @@ class WindowScheduler:
         period = forecast.period_us or (rhythm.period_us if rhythm is not None else 0.0) or 0.0
         early, late = reach(self.chains.errors(forecast.target, forecast.model), forecast.rms_us, cfg.spread,
                             cfg.max_open_share * period)
-        # A provisional forecast (nothing scored yet for its target, whose rhythm is not confident) is armed:
+        # A provisional forecast (nothing scored yet for its target, and no rhythm that holds) is armed:
         # a PS's third iteration would otherwise meet the standing queue (resnet: 23-29 packets).
         confident = forecast.provisional or (forecast.errors >= chain_cfg.min_errors
                                              and forecast.hit_rate >= chain_cfg.arm_hit_rate)
@@ -139,9 +140,15 @@ class WindowScheduler:
                           tolerance_us=gate, queue_pkts=rhythm.queue_pkts if rhythm is not None else 0,
                           confident=confident, model=forecast.model, early_us=early, late_us=late)
 
-    def _rhythm_confident(self, key: BurstKey, now_us: int) -> bool:
-        rhythm = self.bank.forecast(key, now_us)
-        return rhythm is not None and rhythm.confident
+    def _rhythm_holds(self, forecast: ChainForecast, now_us: int) -> bool:
+        """A provisional forecast yields to a confident rhythm whose recent errors (median, absolute) are
+        within the forecast's own spread: a generator's. A PS's rhythm can be confident by iteration 2
+        and far off (pcn-training: the job's set-up traffic scored it, its window 400 ms late)."""
+        rhythm = self.bank.forecast(forecast.target, now_us)
+        if rhythm is None or not rhythm.confident:
+            return False
+        errors = self.chains.errors(forecast.target, RHYTHM)
+        return not errors or median(abs(e) for e in errors) <= forecast.rms_us
 
     def tick(self, switch: str, now_us: int) -> list[WindowChange]:
         changes: list[WindowChange] = []

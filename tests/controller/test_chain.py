@@ -74,6 +74,18 @@ def test_a_ps_third_iteration_is_covered_provisionally_from_one_lag():
     assert covered(ChainConfig(provisional_share=0))[:3] == [False, False, False]
 
 
+
+def test_a_provisional_forecast_does_not_yield_to_a_confident_rhythm_that_errs_wider_than_it():
+    """The job's set-up traffic (here 4 reports 400 ms apart at the PS's port) can make the rhythm
+    confident by iteration 2 and far off (pcn-training: its window 400 ms late); the provisional
+    forecast yields only to a rhythm whose recent errors are within its own spread, so iterations 2
+    and 3 are still covered (both were not before)."""
+    trace = ps_trace(random.Random(3), 8)
+    setup = [BurstReport("s1", PS_PORT, 1, T0 - (4 - i) * 400_000 - 300_000, 30) for i in range(4)]
+    key = BurstKey("s1", PS_PORT, 1)
+    result = replay(setup + trace, scheduler(), write_latency_us=WRITE_US)
+    assert [s.covered for s in result.steps if s.observation.report.key == key][4:8] == [False, False, True, True]
+
 def test_forecasts_are_logged_for_their_target_when_the_cause_is_reported():
     trace = ps_trace(random.Random(2), 40)
     core = scheduler()
