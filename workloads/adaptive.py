@@ -19,7 +19,7 @@ from __future__ import annotations
 from pcnlab.workloads.compression_methods import ADAPTIVE
 from pcnlab.workloads.process_config import TrainConfig
 from pcnlab.workloads.gradsync import RingSync, ShardSync, WorkerSync
-from pcnlab.workloads.netsense import NetSensePolicy, Observation, job_ladder, rank_sizes
+from pcnlab.workloads.netsense import NetSensePolicy, Observation, efficiency, job_ladder, rank_sizes
 from pcnlab.workloads.tcpsense import GlooSockets, sense
 
 
@@ -36,7 +36,8 @@ class RankCompression:
         self.policy = None
         if cfg.compression == ADAPTIVE and cfg.role() == "worker":
             world = cfg.world - (cfg.servers if cfg.kind == "ps" else 0)
-            self.policy = NetSensePolicy(rank_sizes(cfg.kind, self.ladder, self.shard_sizes, world))
+            self.policy = NetSensePolicy(rank_sizes(cfg.kind, self.ladder, self.shard_sizes, world),
+                                         efficiency=efficiency(cfg.model))
 
     @property
     def compressed(self) -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from pcnlab.workloads.compression import Codec
 from pcnlab.workloads.netsense import (EFFICIENCY, GAIN, LADDER, PROBE_MAX, NetSensePolicy, Observation,
-                                       rank_sizes)
+                                       efficiency, rank_sizes)
 from pcnlab.workloads.tcpsense import GlooSockets, sense
 
 COMPUTE_S = 0.05
@@ -33,7 +33,7 @@ def run(policy: NetSensePolicy, rates_Bps: list[float], jitter_s: float = 0.0) -
 
 def best_level(rate: float) -> int:
     """What pays most at this rate, if it pays GAIN times more than no compression (else none)."""
-    progress = [EFFICIENCY[lv] / (COMPUTE_S + FLOOR_S + SIZES[lv] / rate) for lv in range(len(LADDER))]
+    progress = [EFFICIENCY["digits-mlp"][lv] / (COMPUTE_S + FLOOR_S + SIZES[lv] / rate) for lv in range(len(LADDER))]
     best = max(range(len(LADDER)), key=lambda lv: (progress[lv], -lv))
     return best if progress[best] >= GAIN * progress[0] else 0
 
@@ -108,3 +108,24 @@ def test_tcp_info_counts_what_a_real_connection_carried():
 @pytest.mark.parametrize("kind", ["ps", "ring"])
 def test_rank_sizes_rejects_nothing_it_cannot_price(kind):
     assert len(rank_sizes(kind, LADDER, [100, 200], world=3)) == len(LADDER)
+
+
+def test_each_model_weighs_the_levels_by_its_own_learning_costs():
+    """netsense-competing's fast phase (digits-cnn, 30 ms of compute, 14 ms per exchange, 40 Mbit/s):
+    with digits-cnn's costs (top-k 1 % learns 0.78 of none per iteration) int8 pays 1.18 x top-k 1 % and the
+    policy moves there; with digits-mlp's (0.93) it stayed at top-k 1 % (measured: 2026-11-25/26, every
+    phase from 18 s on)."""
+    sizes = rank_sizes("ps", LADDER, [9926], world=2)          # digits-cnn, one PS shard
+    assert efficiency("digits-cnn") != efficiency("digits-mlp") and efficiency("cnn") == efficiency("digits-mlp")
+
+    def next_level(costs: tuple[float, ...]) -> int:
+        """The decision after a fast-phase iteration at top-k 1 %, the rate known (no probe due)."""
+        policy = NetSensePolicy(sizes, efficiency=costs)
+        top = len(LADDER) - 1                                   # where the slow phase left it
+        policy.level, policy.seen, policy.recent, policy.rate, policy._last_level = top, 10, [0.014], 5e6, top
+        policy.run = [0.014 + sizes[top] / 5e6] * 2
+        return policy.decide(Observation(level=top, compute_s=0.030, comm_s=0.014 + sizes[top] / 5e6,
+                                         bytes=sizes[top], min_rtt_us=300, srtt_us=400)).level
+
+    assert LADDER[next_level(efficiency("digits-cnn"))].name == "int8"
+    assert next_level(efficiency("digits-mlp")) == len(LADDER) - 1
