@@ -15,8 +15,8 @@ of notice).
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
 the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
 the smaller wins, by a fifth and by a millisecond before the choice changes. Nothing is assumed about
-the pattern (PS, sharded PS, ring, generator): a generator keeps a clock and its rhythm wins; a PS's reply chain wins
-at the PS; a ring rank's neighbour starts too shortly before it to be a cause.
+the pattern (PS, sharded PS, ring, generator): a generator keeps a clock and its rhythm wins; a PS's
+reply chain wins at the PS; a ring rank's neighbour starts too shortly before it to be a cause.
 
 The window's reach either side of a prediction comes from the chosen model's own errors (`reach`):
 spread x their RMS, unless that is wider than a window may stay open; then the densest part of the
