@@ -74,7 +74,6 @@ def test_a_ps_third_iteration_is_covered_provisionally_from_one_lag():
     assert covered(ChainConfig(provisional_share=0))[:3] == [False, False, False]
 
 
-
 def test_a_provisional_forecast_does_not_yield_to_a_confident_rhythm_that_errs_wider_than_it():
     """The job's set-up traffic (here 4 reports 400 ms apart at the PS's port) can make the rhythm
     confident by iteration 2 and far off (pcn-training: its window 400 ms late); the provisional
@@ -85,6 +84,7 @@ def test_a_provisional_forecast_does_not_yield_to_a_confident_rhythm_that_errs_w
     key = BurstKey("s1", PS_PORT, 1)
     result = replay(setup + trace, scheduler(), write_latency_us=WRITE_US)
     assert [s.covered for s in result.steps if s.observation.report.key == key][4:8] == [False, False, True, True]
+
 
 def test_forecasts_are_logged_for_their_target_when_the_cause_is_reported():
     trace = ps_trace(random.Random(2), 40)

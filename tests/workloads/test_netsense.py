@@ -33,7 +33,8 @@ def run(policy: NetSensePolicy, rates_Bps: list[float], jitter_s: float = 0.0) -
 
 def best_level(rate: float) -> int:
     """What pays most at this rate, if it pays GAIN times more than no compression (else none)."""
-    progress = [EFFICIENCY["digits-mlp"][lv] / (COMPUTE_S + FLOOR_S + SIZES[lv] / rate) for lv in range(len(LADDER))]
+    costs = EFFICIENCY["digits-mlp"]
+    progress = [costs[lv] / (COMPUTE_S + FLOOR_S + SIZES[lv] / rate) for lv in range(len(LADDER))]
     best = max(range(len(LADDER)), key=lambda lv: (progress[lv], -lv))
     return best if progress[best] >= GAIN * progress[0] else 0
 
