@@ -237,7 +237,7 @@ class ChainModels:
         (a pair's first lags, learned while the job started) would hold an RMS up for a dozen
         iterations."""
         cfg = self.config
-        scored = {m: _median([abs(e) for e in errs]) for m, errs in self._scoreable(key).items()}
+        scored = {m: self.score_us(key, m) for m in self._scoreable(key)}
         if not scored:
             return
         best = min(scored, key=lambda m: (scored[m], m != RHYTHM))
@@ -255,6 +255,11 @@ class ChainModels:
     def errors(self, key: BurstKey, model: str | None = None) -> list[float]:
         """The recent signed errors (actual - predicted, µs) of a key's model (default: the chosen one)."""
         return list(self._errors.get((key, model or self.chosen(key)), ()))
+
+    def score_us(self, key: BurstKey, model: str) -> float | None:
+        """A model's score for `key`: the median of its recent absolute errors (None: none yet)."""
+        errs = self._errors.get((key, model))
+        return _median([abs(e) for e in errs]) if errs else None
 
     def period_us(self, key: BurstKey) -> float:
         starts = self._starts.get(key)

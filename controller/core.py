@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from statistics import median
 
 from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction
 from pcnlab.controller.chain import RHYTHM, ChainForecast, ChainModels, reach
@@ -147,8 +146,8 @@ class WindowScheduler:
         rhythm = self.bank.forecast(forecast.target, now_us)
         if rhythm is None or not rhythm.confident:
             return False
-        errors = self.chains.errors(forecast.target, RHYTHM)
-        return not errors or median(abs(e) for e in errors) <= forecast.rms_us
+        score = self.chains.score_us(forecast.target, RHYTHM)
+        return score is None or score <= forecast.rms_us
 
     def tick(self, switch: str, now_us: int) -> list[WindowChange]:
         changes: list[WindowChange] = []
