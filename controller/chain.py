@@ -10,7 +10,8 @@ and job, or `first`: whichever of them started first), the lag from the cause's 
 target's last report to the target's next start, at least a quarter of the target's period or 100 ms,
 whichever is less (a cause must leave room for a window). A pair predicts the target's next start as
 the cause's start plus the median of its recent lags (made when the cause is reported: a compute time
-of notice).
+of notice). Before any lag is known, a target is awaited from its job's first cause: its window opens
+then and closes when the start comes (core.py), as pcn-host's does when the announced burst arrives.
 
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
 the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
@@ -69,6 +70,10 @@ class ChainConfig:
     provisional_share: float = 0.05  # until a target's pairs are scored min_errors times it is forecast
                                 # from FIRST's lags (provisional), spread this x the lag (a PS's third
                                 # iteration: it met 23-29 packets uncovered on resnet); 0: never
+    first_wait_us: int = 1_000_000  # a target with no lag yet is awaited from its job's first cause, at
+                                # most this long: its window opens then and closes when the start comes
+                                # (core.py), as an announcement's does (a PS's first iteration: it met 30-40
+                                # packets uncovered on resnet, pcn-host's 3-17); 0: never
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ class ChainForecast:
     errors: int           # scored starts behind rms_us and hit_rate
     period_us: float      # the target's median interval between starts
     provisional: bool = False  # from FIRST's lags before any pair of the target was scored min_errors times
+    awaiting: bool = False     # no lag known yet: next_start_us is the latest the start is awaited
 
 
 def _rms(values: Sequence[float]) -> float:
@@ -141,6 +147,7 @@ class ChainModels:
         self._chosen: dict[BurstKey, str] = {}
         self._forecast: dict[BurstKey, tuple[str, int]] = {}  # each target's latest forecast: (model, start)
         self._ends: dict[BurstKey, deque[tuple[int, int]]] = {}  # each key's recent burst ends: (end, seen)
+        self._awaited: set[BurstKey] = set()  # targets already awaited from their job's first cause
 
     # --- learning ----------------------------------------------------------------------------------
 
@@ -172,7 +179,18 @@ class ChainModels:
         the next cause, and a cause seen before the key's last activity is not taken for a new one."""
         if report.t_us < self._seen.get(report.key, -1):  # the switch restarted: its clock is new
             self.forget_switch(report.switch)
+        if report.key not in self._seen:
+            self._set_up_over(report.key)
         self._seen[report.key] = report.t_us
+
+    def _set_up_over(self, key: BurstKey) -> None:
+        """The job is seen at a new port of the switch: what its other ports saw before was its set-up
+        (a PS's workers connecting, before the parameters first go out), and the scores it gave their
+        rhythms are forgotten (measured: pcn-training's set-up exchanges, 740 ms apart, made the PS port's
+        rhythm confident and well scored before iteration 0, and its forecasts were 230-290 ms off)."""
+        for other in self._seen:
+            if other.switch == key.switch and other.job == key.job:
+                self._errors.pop((other, RHYTHM), None)
 
     def observe_start(self, report: BurstReport, rhythm_predicted_us: int | None) -> None:
         """An iteration started at `report.key`: score what each model predicted for it (the rhythm's
@@ -287,6 +305,8 @@ class ChainModels:
                     self._causes(target, last, report.t_us).get(model) != report.t_us:
                 continue  # not its cause, or not the cause's first start since the target's last
             forecast = self._forecast_of(target, model, report.t_us, provisional)
+            if forecast is None and provisional:
+                forecast = self._awaiting(target, report.t_us)
             if forecast is not None:
                 out.append(forecast)
         return out
@@ -327,8 +347,19 @@ class ChainModels:
         hits = sum(abs(e) <= gate for e in errs) / len(errs) if errs else 0.0
         return ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target), provisional)
 
+    def _awaiting(self, target: BurstKey, cause_us: int) -> ChainForecast | None:
+        """The job's first cause for a target with no lag learned yet: the start is awaited from now, at
+        most first_wait_us (once per target: a pair whose lags are dropped later is not awaited again)."""
+        cfg = self.config
+        if cfg.first_wait_us <= 0 or target in self._awaited or (target, FIRST) in self._pairs:
+            return None
+        self._awaited.add(target)
+        return ChainForecast(target, FIRST, cause_us + cfg.first_wait_us, 0.0, 0.0, 0, self.period_us(target),
+                             provisional=True, awaiting=True)
+
     def forget_switch(self, switch: str) -> None:
         """A restarted switch has a new clock: what was learned from it is void."""
+        self._awaited = {k for k in self._awaited if k.switch != switch}
         for store in (self._starts, self._chosen, self._seen, self._forecast, self._ends):
             for key in [k for k in store if k.switch == switch]:
                 del store[key]

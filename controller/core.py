@@ -36,6 +36,7 @@ class WindowScheduler:
         self._issued: dict[BurstKey, Prediction] = {}   # the latest forecast planned for each key
         self._segments: dict[BurstKey, IterationSegmenter] = {}
         self._recent: dict[BurstKey, deque[BurstReport]] = {}  # each key's reports in its segmenter's history
+        self._awaited: dict[BurstKey, Window] = {}  # windows awaiting a start with no lag known (chain.py)
 
     def on_report(self, report: BurstReport) -> tuple[Observation, list[WindowChange]]:
         """A burst report: an iteration start teaches the models and plans the windows it predicts (its
@@ -59,12 +60,14 @@ class WindowScheduler:
             if not in_slot:
                 self.chains.note(report)
                 return Observation(report, "sub-burst", None, None, False, rhythm), []
-        self.planner.observe_start(report)
+        awaited = self._awaited.get(key)
+        # A start an awaiting window was open for teaches the lead nothing: that window had none.
+        self.planner.observe_start(report, teach=not (awaited is not None and awaited.contains(t)))
+        changes: list[WindowChange] = self._arrived(key, t)
         issued = self._issued.pop(key, None)
         observation = self.bank.record(report)
         self.chains.observe_start(report, rhythm.next_start_us if rhythm is not None else None)
         model = self.chains.chosen(key)
-        changes: list[WindowChange] = []
         if model == RHYTHM:
             prediction = self._shaped(observation.prediction)
             changes += self._plan(key, prediction, t)
@@ -72,13 +75,24 @@ class WindowScheduler:
             # Its next start is predicted when its cause is reported; the window open now stays.
             prediction = None
             self._pending.pop(key, None)
-        forecasts = tuple(self._chain_prediction(fc) for fc in self.chains.on_cause(report)
-                          if not (fc.provisional and self._rhythm_holds(fc, t)))
-        for forecast in forecasts:
-            changes += self._plan(forecast.key, forecast, t)
+        caused = [fc for fc in self.chains.on_cause(report) if not (fc.provisional and self._rhythm_holds(fc, t))]
+        forecasts = tuple(self._chain_prediction(fc) for fc in caused)
+        for fc, forecast in zip(caused, forecasts):
+            planned = self._plan(forecast.key, forecast, t)
+            if fc.awaiting:
+                self._awaited.update((c.window.key, c.window) for c in planned if c.op == "arm")
+            changes += planned
         observation = replace(observation, prediction=prediction, model=model, forecasts=forecasts,
                               **self._judged(issued, t))
         return observation, changes + self.planner.expire(report.switch, t)
+
+    def _arrived(self, key: BurstKey, now_us: int) -> list[WindowChange]:
+        """The start a window was awaiting came: the window closes, as pcn-host's does when the announced
+        burst arrives (it was opened with no lag known, to wait as long as it takes)."""
+        window = self._awaited.pop(key, None)
+        if window is None or window not in self.planner.armed(key):
+            return []
+        return [self.planner.withdraw(window, "arrived", now_us)]
 
     def _relearn(self, key: BurstKey, starts_us: list[int], now_us: int) -> None:
         """A split formed: the reports before it were all taken for starts, sub-bursts too, and the
@@ -127,8 +141,11 @@ class WindowScheduler:
         cfg, chain_cfg = self.planner.config, self.chains.config
         rhythm = self.bank.predictors.get(forecast.target)
         period = forecast.period_us or (rhythm.period_us if rhythm is not None else 0.0) or 0.0
-        early, late = reach(self.chains.errors(forecast.target, forecast.model), forecast.rms_us, cfg.spread,
-                            cfg.max_open_share * period)
+        if forecast.awaiting:  # from the cause (the planner opens it once written) to the latest awaited
+            early, late = chain_cfg.first_wait_us, 0.0
+        else:
+            early, late = reach(self.chains.errors(forecast.target, forecast.model), forecast.rms_us, cfg.spread,
+                                cfg.max_open_share * period)
         # A provisional forecast (nothing scored yet for its target, and no rhythm that holds) is armed:
         # a PS's third iteration would otherwise meet the standing queue (resnet: 23-29 packets).
         confident = forecast.provisional or (forecast.errors >= chain_cfg.min_errors
@@ -141,13 +158,14 @@ class WindowScheduler:
 
     def _rhythm_holds(self, forecast: ChainForecast, now_us: int) -> bool:
         """A provisional forecast yields to a confident rhythm whose recent errors (median, absolute) are
-        within the forecast's own spread: a generator's. A PS's rhythm can be confident by iteration 2
+        within the forecast's own spread: a generator's; an awaiting one (no spread known) to any
+        confident rhythm scored since the job's set-up. A PS's rhythm can be confident by iteration 2
         and far off (pcn-training: the job's set-up traffic scored it, its window 400 ms late)."""
         rhythm = self.bank.forecast(forecast.target, now_us)
         if rhythm is None or not rhythm.confident:
             return False
-        score = self.chains.score_us(forecast.target, RHYTHM)
-        return score is None or score <= forecast.rms_us
+        score = self.chains.score_us(forecast.target, RHYTHM)  # None: not scored since the set-up (chain.py)
+        return score is not None and (forecast.awaiting or score <= forecast.rms_us)
 
     def tick(self, switch: str, now_us: int) -> list[WindowChange]:
         changes: list[WindowChange] = []
@@ -173,7 +191,7 @@ class WindowScheduler:
         self.bank.forget_switch(switch)
         self.planner.forget_switch(switch)
         self.chains.forget_switch(switch)
-        for store in (self._segments, self._pending, self._issued, self._recent):
+        for store in (self._segments, self._pending, self._issued, self._recent, self._awaited):
             for key in [k for k in store if k.switch == switch]:
                 del store[key]
 

@@ -89,8 +89,8 @@ class PlannerConfig:
 class WindowChange:
     op: Literal["arm", "disarm", "skip"]
     window: Window
-    # arm: new | extend | replace;  disarm: replaced | stale | unconfident | unneeded | expired | shutdown;
-    # skip: late (it would open before it could be written)
+    # arm: new | extend | replace;  disarm: replaced | stale | unconfident | unneeded | expired | shutdown
+    # | arrived (core.py: an awaited start came);  skip: late (it would open before it could be written)
     reason: str
     at_us: int                    # switch time of the decision
     late: bool = False            # armed with less than min_notice_us before it opens (an extension)
@@ -123,13 +123,14 @@ class WindowPlanner:
         live = [w for w in self._armed.get(key, ()) if w.contains(t_us)]
         return live + [w for w, at in self._removed.get(key, ()) if w.contains(t_us) and at > t_us]
 
-    def observe_start(self, report: BurstReport) -> bool:
-        """An iteration started: what it met teaches the key's lead. Returns whether a window of the key
-        was open for it."""
+    def observe_start(self, report: BurstReport, teach: bool = True) -> bool:
+        """An iteration started: what it met teaches the key's lead (unless `teach` is False: a window
+        planned without a lead was open for it). Returns whether a window of the key was open for it."""
         covering = self.covering(report.key, report.t_us)
         # The window open longest set how long the queue had drained: its lead is the one judged.
         lead = min(covering, key=lambda w: w.start_us).lead_us if covering else None
-        self.tracker(report.key).observe(report.queue_pkts, bool(covering), lead or None)
+        if teach:
+            self.tracker(report.key).observe(report.queue_pkts, bool(covering), lead or None)
         return bool(covering)
 
     def needed(self, key: BurstKey) -> bool:
@@ -191,6 +192,10 @@ class WindowPlanner:
         changes.append(self._add(desired, reason, now_us))
         changes += [self._remove(w, "replaced", now_us) for w in same]
         return changes
+
+    def withdraw(self, window: Window, reason: str, now_us: int) -> WindowChange:
+        """Remove an armed window before its end (core.py: an awaited start came)."""
+        return self._remove(window, reason, now_us)
 
     def expire(self, switch: str, now_us: int) -> list[WindowChange]:
         """Entries of `switch` whose windows have ended: inert, removed to keep the table small."""
