@@ -171,7 +171,9 @@ def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -
     for r in table.itertuples():
         inside = w[(w["start_us"] <= r.first_in_us) & (r.first_in_us < w["end_us"])]
         if switch_clock:
-            inside = inside[(inside["armed_us"] <= r.first_in_us) & ~(inside["removed_us"] <= r.first_in_us)]
+            # A window removed at the start's own moment was in force for it: the controller removes an
+            # awaited window (core.py), and an unconfident one, on the very report of that start.
+            inside = inside[(inside["armed_us"] <= r.first_in_us) & ~(inside["removed_us"] < r.first_in_us)]
         else:
             inside = inside[(inside["armed_ns"] <= r.first_in_ns) & ~(inside["removed_ns"] <= r.first_in_ns)]
         flags.append(not inside.empty)

@@ -150,6 +150,21 @@ def test_coverage_counts_only_windows_written_before_the_first_packet(run_dir):
     assert "NaN" not in text and json.loads(text)["bottleneck"]["rate_pps"] == RATE_PPS
 
 
+def test_a_window_removed_on_the_report_of_its_start_covered_that_start():
+    """The controller removes a window on the report of the start it was for (an awaited window when
+    the start comes; an unconfident one), and decides it at that start's switch time: the window was in
+    force when the start began, as the controller's own verdict says."""
+    table = pd.DataFrame({"first_in_us": [300_300], "first_in_ns": [0]})
+
+    def windows(removed_us: float) -> pd.DataFrame:
+        return pd.DataFrame([{"switch": "s1", "port": PORT, "job": 1, "start_us": 290_000, "end_us": 310_000,
+                              "armed_ns": 0, "removed_ns": 0, "armed_us": 250_000.0, "removed_us": removed_us}])
+
+    assert list(it.covered(table, windows(300_300.0), ("s1", PORT))) == [True]
+    assert list(it.covered(table, windows(300_299.0), ("s1", PORT))) == [False]
+    assert list(it.covered(table, windows(float("nan")), ("s1", PORT))) == [True]
+
+
 def test_a_missing_iteration_at_the_bottleneck_is_reported(run_dir):
     path, _ = run_dir
     rows = list(csv.DictReader(open(path / "queue-s1.csv")))
