@@ -1,6 +1,4 @@
 """How early a pre-drain window must open at one port, chosen from what the bursts met. Pure.
-The lead is how long before the predicted start the window opens (windows.py counts the prediction's
-early reach inside it), and each covered start is judged by how long its window had been open.
 
 The standing queue a burst would meet is what iteration starts met when no window was open for them
 (uncovered). The first lead drains it at the port's rate and gives the background one RTT under that
@@ -83,11 +81,9 @@ class LeadTracker:
         standing = self.standing_pkts
         return standing is not None and standing > self.config.k_pre
 
-    def observe(self, queue_pkts: int, covered: bool, open_us: int | None = None) -> None:
-        """An iteration start met `queue_pkts`; `covered`: a window of ours was open for it, for
-        `open_us` when it came (None: the lead in use now). The start is judged on the rung nearest how
-        long the window had been open, not the lead it was planned with: the prediction's error moves
-        the one away from the other."""
+    def observe(self, queue_pkts: int, covered: bool, lead_us: int | None = None) -> None:
+        """An iteration start met `queue_pkts`; `covered`: a window of ours was open for it, planned
+        with `lead_us` (None: the lead in use now)."""
         cfg = self.config
         if not covered:
             self._uncovered.append(queue_pkts)
@@ -104,10 +100,10 @@ class LeadTracker:
             return
         if not self.ladder:
             return
-        lead = self.lead_us if open_us is None else open_us
+        lead = self.lead_us if lead_us is None else lead_us
         used = self._rung(lead)
         if abs(math.log(max(lead, 1) / used)) > math.log(cfg.ratio) / 2:
-            return  # open off the ladder (capped by the period, or before the ladder moved): no rung's
+            return  # planned off the ladder (capped by the period, or before the ladder moved): no rung's
         self._met[used].append(queue_pkts)
         self._covered += 1
         self.lead_us = self._next()

@@ -5,8 +5,7 @@ switch is handled on its own clock.
 
 A window for burst start s with jitter j is [s - m - lead, s + max(guard, m)), m = spread x j: the burst
 may come up to m early, and the queue must have drained `lead` before it; it may come up to m late.
-The lead is learned per key from what the bursts met (lead.py), unless the experiment fixes it; a
-learned lead is how long the window is open before the predicted start, the early reach m included.
+The lead is learned per key from what the bursts met (lead.py), unless the experiment fixes it.
 The window for the next iteration is written as soon as the previous one's start is reported (about
 a period of notice, far more than a P4Runtime write takes); the switch, not the write, opens and
 closes it. A window that could not be written before it opens is not written at all, and a port
@@ -55,17 +54,12 @@ class Window:
         return self.start_us < other.end_us and other.start_us < self.end_us
 
 
-def early_reach_us(prediction: Prediction, spread: float = 2.0) -> float:
-    """How far before the predicted start a window reaches, its lead aside: spread x jitter, or the
-    prediction's own reach (early_us: chain.reach) when it has one."""
-    return spread * prediction.jitter_us if prediction.early_us is None else prediction.early_us
-
-
 def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: float = 2.0) -> Window:
     """The window for `prediction`'s burst: [s - m - lead, s + max(guard, m)) with m = spread x jitter, or
     the prediction's own reach either side (early_us, late_us: chain.reach) when it has one."""
-    early = early_reach_us(prediction, spread)
-    late = spread * prediction.jitter_us if prediction.late_us is None else prediction.late_us
+    margin = spread * prediction.jitter_us
+    early = margin if prediction.early_us is None else prediction.early_us
+    late = margin if prediction.late_us is None else prediction.late_us
     start = prediction.next_start_us - math.ceil(early) - max(lead_us, 0)
     end = prediction.next_start_us + max(guard_us, math.ceil(late), 1)
     key = prediction.key
@@ -133,10 +127,10 @@ class WindowPlanner:
         """An iteration started: what it met teaches the key's lead (unless `teach` is False: a window
         planned without a lead was open for it). Returns whether a window of the key was open for it."""
         covering = self.covering(report.key, report.t_us)
-        # The window open longest set how long the queue had drained: how long it had been open is judged.
-        opened = report.t_us - min(w.start_us for w in covering) if covering else None
+        # The window open longest set how long the queue had drained: its lead is the one judged.
+        lead = min(covering, key=lambda w: w.start_us).lead_us if covering else None
         if teach:
-            self.tracker(report.key).observe(report.queue_pkts, bool(covering), opened)
+            self.tracker(report.key).observe(report.queue_pkts, bool(covering), lead or None)
         return bool(covering)
 
     def needed(self, key: BurstKey) -> bool:
@@ -152,15 +146,7 @@ class WindowPlanner:
 
     def window_for(self, prediction: Prediction) -> Window:
         cfg = self.config
-        lead = self.lead_for(prediction)
-        if cfg.lead_us is None:
-            # A learned lead is how long the window is open before the predicted start, its early reach
-            # included: the tracker judges each by how long the window had been open when the start came
-            # (measured, resnet: the reach, 10-19 ms, moved the same planned lead from one part of the
-            # drain to another; by time open the starts met 13.7 packets at 0-20 ms, 5.7 at 35-45 ms,
-            # 9 at 60-80 ms, the same in two sessions' 14 runs).
-            lead = max(lead - math.ceil(early_reach_us(prediction, cfg.spread)), cfg.lead_config().min_lead_us)
-        return plan_window(prediction, lead, cfg.guard_us, cfg.spread)
+        return plan_window(prediction, self.lead_for(prediction), cfg.guard_us, cfg.spread)
 
     def armed(self, key: BurstKey | None = None) -> list[Window]:
         if key is not None:

@@ -283,25 +283,6 @@ def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
     assert planner.covering(KEY, arm.window.end_us + 10) == []
 
 
-def test_a_learned_lead_counts_the_early_reach_inside_it_and_a_start_is_judged_by_how_long_its_window_was_open():
-    """The prediction's reach moved a planned lead from one part of the drain to another (resnet: 10-19
-    ms): the learned lead is how long the window is open before the predicted start, reach included, and
-    a start is judged on the rung nearest how long its window had been open when it came."""
-    planner = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
-    planner.observe_start(BurstReport("s1", 2, 1, T0, 40))   # a standing queue: the first lead, 81 ms
-    wide = replace(prediction(T0 + P, period=10 * P), early_us=20_000, late_us=20_000)
-    [arm] = planner.update(KEY, wide, now_us=T0)
-    assert T0 + P - arm.window.start_us == 81_000 and arm.window.lead_us == 61_000
-    # A start 30 ms early came with the window open 51 ms: the 54 ms rung's, not the 81 ms one planned.
-    assert planner.observe_start(BurstReport("s1", 2, 1, T0 + P - 30_000, 7))
-    tracker = planner.tracker(KEY)
-    assert tracker.score(54_000) == 7 and tracker.score(81_000) is None
-    # A reach wider than the lead: the window opens the reach and the guard ahead.
-    wider = replace(prediction(T0 + 5 * P, period=10 * P), early_us=100_000, late_us=20_000)
-    [arm] = planner.update(KEY, wider, now_us=T0 + 2 * P)
-    assert T0 + 5 * P - arm.window.start_us == 100_000 + planner.config.guard_us
-
-
 def _settle(met, rounds=60):
     """Drive one key's learned lead with `met(elapsed_us)`: the queue a start meets after its window
     had been open that long (40 packets when no window was open). Returns (lead after it, queue met)
