@@ -73,7 +73,8 @@ class ChainConfig:
     first_wait_us: int = 1_000_000  # a target with no lag yet is awaited from its job's first cause, at
                                 # most this long: its window opens then and closes when the start comes
                                 # (core.py), as an announcement's does (a PS's first iteration: it met 30-40
-                                # packets uncovered on resnet, pcn-host's 3-17); 0: never
+                                # packets uncovered on resnet, pcn-host's 3-17); 0: never. A provisional
+                                # forecast's window waits as long after its cause, closing the same way.
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class ChainForecast:
     period_us: float      # the target's median interval between starts
     provisional: bool = False  # from FIRST's lags before any pair of the target was scored min_errors times
     awaiting: bool = False     # no lag known yet: next_start_us is the latest the start is awaited
+    cause_us: int | None = None  # when the cause was reported
 
 
 def _rms(values: Sequence[float]) -> float:
@@ -345,7 +347,8 @@ class ChainModels:
             rms = max(rms if errs else 0.0, cfg.provisional_share * (predicted - cause_us))
         gate = max(cfg.gate_sigmas * rms, cfg.min_gate_us)
         hits = sum(abs(e) <= gate for e in errs) / len(errs) if errs else 0.0
-        return ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target), provisional)
+        return ChainForecast(target, model, predicted, rms, hits, len(errs), self.period_us(target), provisional,
+                             cause_us=cause_us)
 
     def _awaiting(self, target: BurstKey, cause_us: int) -> ChainForecast | None:
         """The job's first cause for a target with no lag learned yet: the start is awaited from now, at
@@ -355,7 +358,7 @@ class ChainModels:
             return None
         self._awaited.add(target)
         return ChainForecast(target, FIRST, cause_us + cfg.first_wait_us, 0.0, 0.0, 0, self.period_us(target),
-                             provisional=True, awaiting=True)
+                             provisional=True, awaiting=True, cause_us=cause_us)
 
     def forget_switch(self, switch: str) -> None:
         """A restarted switch has a new clock: what was learned from it is void."""
