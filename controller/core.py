@@ -6,7 +6,9 @@ iteration would otherwise look like iterations of their own. Each start teaches 
 rhythm (predictor.py) and the job's chain of events on its switch (chain.py), which also says which of
 them predicts the key. A rhythm predicts the next start when the key's own start is reported; a chain
 predicts it when the chosen cause (another port's start) is reported, a compute time ahead. Either
-prediction becomes a window through the planner (windows.py), shaped by the chosen model's own errors.
+prediction becomes a window through the planner (windows.py), shaped by the chosen model's own errors;
+a provisional chain forecast's window (few lags, or none yet: chain.py) waits for its start and closes
+when it comes, as an announced window does.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class WindowChange:
     op: Literal["arm", "disarm", "skip"]
     window: Window
     # arm: new | extend | replace;  disarm: replaced | stale | unconfident | unneeded | expired | shutdown
-    # | arrived (core.py: an awaited start came);  skip: late (it would open before it could be written)
+    # | arrived (core.py: a waiting window's start came);  skip: late (it would open before it could be written)
     reason: str
     at_us: int                    # switch time of the decision
     late: bool = False            # armed with less than min_notice_us before it opens (an extension)
@@ -194,7 +194,7 @@ class WindowPlanner:
         return changes
 
     def withdraw(self, window: Window, reason: str, now_us: int) -> WindowChange:
-        """Remove an armed window before its end (core.py: an awaited start came)."""
+        """Remove an armed window before its end (core.py: the start a waiting window was for came)."""
         return self._remove(window, reason, now_us)
 
     def expire(self, switch: str, now_us: int) -> list[WindowChange]:
