@@ -148,7 +148,7 @@ class WindowScheduler:
         else:
             early, late = reach(self.chains.errors(forecast.target, forecast.model), forecast.rms_us, cfg.spread,
                                 cfg.max_open_share * period)
-        if forecast.provisional and not forecast.awaiting:
+        if forecast.provisional:  # (an awaiting one already reaches exactly that far)
             # It waits for its start up to first_wait after the cause, closing when it comes: one or two
             # lags say little (resnet: iteration 0, drained by the awaited window, came 275-290 ms after
             # the first reply, iteration 1 366-373 ms after the second, and met 16 packets uncovered).
