@@ -180,15 +180,21 @@ def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -
     return pd.Series(flags, index=table.index, dtype=bool)
 
 
-def controller_coverage(events: pd.DataFrame, port: tuple[str, int]) -> tuple[int, int]:
+def controller_coverage(events: pd.DataFrame, port: tuple[str, int], table: pd.DataFrame | None = None
+                        ) -> tuple[int, int]:
     """(covered, starts): the controller's own view at `port`: the iteration starts it was reported
     (every `report` but sub-bursts) and those a window of its was open for (each report's verdict; event
     logs older than that verdict on reports: the `actual` events', written only for a start with a
-    prediction near it, so there it undercounts)."""
+    prediction near it, so there it undercounts). Given the iterations' `table`, a job's reports before
+    its first iteration's first data packet at the port are left out, as the analysis leaves them: a
+    PyTorch job's set-up exchanges reach the PS's port as bursts, but they are no iteration."""
     if events.empty or "type" not in events or "kind" not in events:
         return 0, 0
     here = events[on_port(events, port[0], port[1])]
     starts = here[(here["type"] == "report") & (here["kind"] != "sub-burst")]
+    if table is not None and not table.empty and "job" in starts:
+        first = table.groupby("job")["first_in_us"].min()
+        starts = starts[starts["t_us"] >= starts["job"].map(first).fillna(-np.inf)]
     if "covered" in starts and starts["covered"].notna().all():
         return int(starts["covered"].astype(bool).sum()), int(len(starts))
     actual = here[here["type"] == "actual"]

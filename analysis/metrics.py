@@ -146,7 +146,7 @@ def controller_metrics(run: RunData, table: pd.DataFrame, neck: tuple[str, int] 
         settled = table[table.groupby("job").cumcount() >= LEARNING]
         out["iteration_coverage_after_learning"] = float(settled["covered"].mean()) if len(settled) else None
         # The controller's own verdicts on the iteration starts it was reported there, beside the truth.
-        hit, starts = it.controller_coverage(events, neck)
+        hit, starts = it.controller_coverage(events, neck, table)
         out["controller_coverage"] = hit / starts if starts else None
         out["controller_starts"] = starts
         at = run.queue[on_port(run.queue, neck[0], neck[1])]

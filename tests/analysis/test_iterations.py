@@ -165,6 +165,22 @@ def test_a_window_removed_on_the_report_of_its_start_covered_that_start():
     assert list(it.covered(table, windows(float("nan")), ("s1", PORT))) == [True]
 
 
+def test_the_controller_counts_no_start_before_the_jobs_first_iteration():
+    """A PyTorch job's set-up exchanges reach the PS's port as bursts the switch reports before
+    iteration 0: the controller judged them (uncovered), but they are no iteration, so its own coverage
+    leaves them out as the analysis does; another port's and another job's reports are their own."""
+    def report(t_us, covered, job=1, port=PORT):
+        return {"type": "report", "switch": "s1", "port": port, "job": job, "t_us": t_us, "kind": "match",
+                "covered": covered}
+
+    events = pd.DataFrame([report(50_000, False), report(80_000, False), report(100_000, True),
+                           report(300_000, True), report(500_000, False), report(60_000, False, job=2),
+                           report(90_000, False, port=PORT + 1)])
+    table = pd.DataFrame({"job": [1, 1, 1], "iteration": [0, 1, 2], "first_in_us": list(ITER_US)})
+    assert it.controller_coverage(events, ("s1", PORT)) == (2, 6)
+    assert it.controller_coverage(events, ("s1", PORT), table) == (2, 4)   # job 2 logged no iteration: kept
+
+
 def test_a_missing_iteration_at_the_bottleneck_is_reported(run_dir):
     path, _ = run_dir
     rows = list(csv.DictReader(open(path / "queue-s1.csv")))

@@ -58,7 +58,9 @@ def test_controller_and_analysis_agree_on_coverage(module_results, name):
     analysis_covered = int(table["covered"].sum())
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     here = [e for e in events if (e.get("switch"), e.get("port")) == (neck["switch"], neck["port"])]
-    starts = [e for e in here if e["type"] == "report" and e["kind"] != "sub-burst"]
+    # The starts from the job's first iteration on (reports before it would be set-up, no iteration).
+    starts = [e for e in here if e["type"] == "report" and e["kind"] != "sub-burst"
+              and e["t_us"] >= table["first_in_us"].min()]
     controller_covered = sum(bool(e["covered"]) for e in starts)
     # A start judged with a prediction near it says so again in its `actual` event, the same verdict.
     verdicts = {e["t_us"]: e["covered"] for e in starts}
