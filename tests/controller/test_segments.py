@@ -89,6 +89,21 @@ def test_setup_pauses_with_no_sub_burst_between_them_do_not_split_the_iterations
     assert all(verdicts), verdicts.index(False)
 
 
+def test_an_iteration_of_many_flights_early_on_keeps_the_split():
+    # Measured on pcn-training-resnet with G learned (2026-11-26): the PS's port reported the job's set-up
+    # (silences of 833 and 864 ms), then iterations 340-390 ms of silence apart; iteration 2 came in five
+    # flights 10-13 ms apart. Five short gaps since the last long one, where at most one had lain between
+    # two long ones, ended the split: two of its flights and one of iteration 3's became starts.
+    reports = [(5_708_657, None), (6_542_135, 833_478), (7_406_387, 864_252), (7_751_723, 345_336),
+               (8_043_894, 10_860), (8_469_167, 389_525), (9_186_308, 361_609), (9_469_118, 10_291),
+               (9_538_733, 10_192), (9_565_417, 10_913), (9_581_214, 12_133), (9_597_504, 12_744),
+               (9_613_878, 12_714), (9_995_634, 379_329), (10_268_002, 10_195), (10_672_742, 354_427)]
+    segmenter = IterationSegmenter()
+    verdicts = [segmenter.starts_iteration(t, idle) for t, idle in reports]
+    assert verdicts[7:] == [False] * 6 + [True, False, True]
+    assert 12_744 < segmenter.threshold_us < 345_336
+
+
 def packets(rng, iterations, flights, flight_gap_us, compute_us, setup_pauses=()):
     """A job's data packet times (µs): `setup_pauses` first, then per iteration `flights` flights of 10
     packets 0.6 ms apart, separated by `flight_gap_us` (a (low, high) range), then the compute gap."""
