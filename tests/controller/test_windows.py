@@ -283,6 +283,24 @@ def test_a_start_is_judged_by_the_windows_in_force_when_it_began():
     assert planner.covering(KEY, arm.window.end_us + 10) == []
 
 
+def test_a_window_teaches_its_lead_once_on_the_first_start_it_covers():
+    """Before a key's split forms, a sub-burst is taken for a start: a second "start" in the same window
+    met what the first left (measured on pcn-ring with G learned: 18-21 packets, against 9 at the
+    first), not what the lead drained; it is covered all the same. The next window teaches again."""
+    planner = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
+    planner.observe_start(BurstReport("s1", 2, 1, T0, 40))
+    [arm] = planner.update(KEY, prediction(T0 + P, jitter=10_000, period=10 * P), now_us=T0)
+    lead = arm.window.lead_us
+    assert planner.observe_start(BurstReport("s1", 2, 1, T0 + P, 9)) is True
+    assert planner.observe_start(BurstReport("s1", 2, 1, T0 + P + 15_000, 21)) is True
+    tracker = planner.tracker(KEY)
+    assert tracker.score(lead) == 9
+    [arm] = [c for c in planner.update(KEY, prediction(T0 + 11 * P, jitter=10_000, period=10 * P), now_us=T0 + 2 * P)
+             if c.op == "arm"]
+    assert planner.observe_start(BurstReport("s1", 2, 1, T0 + 11 * P, 5))
+    assert tracker.score(arm.window.lead_us) == 5 and tracker.score(lead) == 9   # the next window taught
+
+
 def _settle(met, rounds=60):
     """Drive one key's learned lead with `met(elapsed_us)`: the queue a start meets after its window
     had been open that long (40 packets when no window was open). Returns (lead after it, queue met)
