@@ -16,11 +16,11 @@ A split is also dropped when its long gaps have stopped recurring: when the run 
 last long one is longer than twice any run between two long gaps (and than `min_gaps`) and has lasted
 twice the longest long gap, the long gaps are history, not iterations (measured: a ring's setup pauses,
 2.5 s twice and 450 ms, before iterations 330 ms apart made every iteration a 'sub-burst' until the
-pauses left the history, 28 of 150 iterations). The
-gaps before that run are forgotten, and the split is learned again from what follows. And no split holds
-before a short gap has come between two long ones: long gaps in a row, then short ones, show no
-sub-burst, only a job that sped up (measured: pcn-training's PS port was silent 991, 870 and 432 ms in the
-job's setup, then 175-200 ms between iterations; 4 of its first 9 iterations were taken for sub-bursts).
+pauses left the history, 28 of 150 iterations). The gaps before that run are forgotten, and the split
+is learned again from what follows. And no split holds before a short gap has come between two long
+ones: long gaps in a row, then short ones, show no sub-burst, only a job that sped up (measured:
+pcn-training's PS port was silent 991, 870 and 432 ms in the job's setup, then 175-200 ms between
+iterations; 4 of its first 9 iterations were taken for sub-bursts).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class IterationSegmenter:
         """The long gaps have stopped recurring: the run of short ones since the last is long in count and
         in time, `stale_factor` times the longest long gap. In count alone, one iteration of five flights
         ended a split whose long gaps had had at most one short between them (measured: resnet's PS port
-        with G learned, iteration 2 at 10 ms silences; its split was lost for two iterations)."""
+        with G learned, iteration 2 at 10 ms silences; its split was lost until iteration 5)."""
         runs = self._runs(threshold)
         between = runs[1:-1]   # runs with a long gap on both sides
         if runs[-1] <= max(self.config.min_gaps, self.config.stale_factor * max(between, default=0)):

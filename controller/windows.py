@@ -138,8 +138,8 @@ class WindowPlanner:
             teach = teach and self._taught.get(report.key) != judged
             self._taught[report.key] = judged
         if teach:
-            self.tracker(report.key).observe(report.queue_pkts, judged is not None,
-                                             judged.lead_us or None if judged is not None else None)
+            lead = judged.lead_us if judged is not None else None
+            self.tracker(report.key).observe(report.queue_pkts, judged is not None, lead or None)
         return judged is not None
 
     def needed(self, key: BurstKey) -> bool:
