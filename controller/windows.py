@@ -129,7 +129,7 @@ class WindowPlanner:
         planned without a lead was open for it). Returns whether a window of the key was open for it.
         A window teaches its lead once, on the first start it covers: a second start inside it (a
         sub-burst taken for a start before the key's split formed: on pcn-ring with G learned, three met
-        18-21 packets in a 45 ms window, the queue of the iteration's own first flights) met what the
+        19-21 packets in a 45 ms window, the queue of the iteration's own first flights) met what the
         first left, not what the lead drained."""
         covering = self.covering(report.key, report.t_us)
         # The window open longest set how long the queue had drained: its lead is the one judged.
