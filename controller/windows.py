@@ -130,7 +130,11 @@ class WindowPlanner:
         A window teaches its lead once, on the first start it covers: a second start inside it (a
         sub-burst taken for a start before the key's split formed: on pcn-ring with G learned, three met
         19-21 packets in a 45 ms window, the queue of the iteration's own first flights) met what the
-        first left, not what the lead drained."""
+        first left, not what the lead drained. The lead judged is the one the start had: a start that
+        came early in its window, sooner after it opened than the lead planned, judges that shorter
+        time, or no rung when it is off the ladder (measured: pcn-ring with G learned, a wide chain
+        forecast's window opened 6 ms before a start that met 26 packets, and its planned 30 ms lead
+        scored 26: the ladder then kept 45 ms for the run, 4.6 packets at 30-40 ms against 5.5 at 40-60)."""
         covering = self.covering(report.key, report.t_us)
         # The window open longest set how long the queue had drained: its lead is the one judged.
         judged = min(covering, key=lambda w: w.start_us) if covering else None
@@ -138,8 +142,10 @@ class WindowPlanner:
             teach = teach and self._taught.get(report.key) != judged
             self._taught[report.key] = judged
         if teach:
-            lead = judged.lead_us if judged is not None else None
-            self.tracker(report.key).observe(report.queue_pkts, judged is not None, lead or None)
+            lead = None   # (no window, or one planned without a lead: the lead in use now)
+            if judged is not None and judged.lead_us:
+                lead = max(min(judged.lead_us, report.t_us - judged.start_us), 1)
+            self.tracker(report.key).observe(report.queue_pkts, judged is not None, lead)
         return judged is not None
 
     def needed(self, key: BurstKey) -> bool:

@@ -301,6 +301,26 @@ def test_a_window_teaches_its_lead_once_on_the_first_start_it_covers():
     assert tracker.score(arm.window.lead_us) == 5 and tracker.score(lead) == 9   # the next window taught
 
 
+def test_a_start_early_in_its_window_judges_the_lead_it_had():
+    """A wide forecast's window opens long before its predicted start; a start that comes soon after
+    it opens had a shorter lead than planned (measured on pcn-ring with G learned: 6 ms, 26 packets,
+    scored against a 30 ms rung for the rest of the run). It judges the lead it had, or none."""
+    planner = WindowPlanner(PlannerConfig(k_pre=10, rate_pps=1000))
+    planner.observe_start(BurstReport("s1", 2, 1, T0, 40))
+    tracker = planner.tracker(KEY)
+    [arm] = planner.update(KEY, prediction(T0 + 3 * P, jitter=100_000, period=10 * P), now_us=T0)
+    lead = arm.window.lead_us
+    assert lead == tracker._first and arm.window.start_us < T0 + 3 * P - lead - 100_000
+    # 2 ms after the window opened: far below every rung, no rung is judged.
+    assert planner.observe_start(BurstReport("s1", 2, 1, arm.window.start_us + 2_000, 26)) is True
+    assert all(tracker.score(rung) is None for rung in tracker.ladder)
+    # A start one rung's lead after its window opened judges that rung, not the one planned.
+    [arm] = [c for c in planner.update(KEY, prediction(T0 + 13 * P, jitter=100_000, period=10 * P), now_us=T0 + 5 * P)
+             if c.op == "arm"]
+    below = tracker.ladder[tracker.ladder.index(lead) - 1]
+    assert planner.observe_start(BurstReport("s1", 2, 1, arm.window.start_us + below, 7)) is True
+    assert tracker.score(below) == 7 and tracker.score(lead) is None
+
 def _settle(met, rounds=60):
     """Drive one key's learned lead with `met(elapsed_us)`: the queue a start meets after its window
     had been open that long (40 packets when no window was open). Returns (lead after it, queue met)
