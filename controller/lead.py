@@ -4,7 +4,8 @@ The standing queue a burst would meet is what iteration starts met when no windo
 (uncovered). The first lead drains it at the port's rate and gives the background one RTT under that
 queue to hear the marks: 2 x queue / rate + the base RTT. The leads tried are a ladder around it
 (ratio x apart, from `below` steps below to `steps` above, never beyond max_share x the period), and
-the switch says what each gave: the queue a covered start met, per lead planned. Each lead is tried
+the switch says what each gave: the queue a covered start met, per lead it had (the lead its window
+was planned with, or less when the start came sooner after the window opened). Each lead is tried
 `tries` times in turn (the first lead, then the one below and two above it, then longer ones while
 the longest tried is the best, shorter ones while the shortest tried is); until a covered start has
 been judged, the ladder follows the standing queue; then the lead whose recent starts met the least
