@@ -200,6 +200,12 @@ class LearnedGaps:
     def observe(self, key, idle_us: int | None, starts_iteration: bool, split_us: float | None) -> int | None:
         """One report of `key` (a BurstKey): the G to write for its (switch, job) now, or None."""
         cfg = self.config
+        if split_us is not None and key not in self._split:
+            # The key's split formed: before it every report was taken for a start, flights too, and
+            # their silences held G down until 16 starts had passed (measured: pcn-ring, splits of 26-87
+            # ms formed at iteration 7-9, G written at iteration 21-35; the switch reported every
+            # flight at 10 ms until then, 40-100 sub-bursts a run at the bottleneck).
+            self._starts.pop(key, None)
         if starts_iteration and idle_us is not None:
             self._starts.setdefault(key, deque(maxlen=cfg.starts)).append(idle_us)
         if split_us is None:

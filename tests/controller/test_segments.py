@@ -216,3 +216,20 @@ def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_port
     learned, changed = config.with_learned_gap(1, 50_000)
     assert [c.src for c in changed] == ["10.0.0.2/32"] and [c.gap_us for c in learned.classes] == [50_000, 20_000, REPORT_GAP_US]
     assert learned.with_learned_gap(1, 50_000)[1] == []            # already in force: nothing to write
+
+
+def test_the_starts_before_a_keys_split_formed_do_not_hold_g_down():
+    """Before its split forms every report of a key is taken for a start, flights 10-13 ms apart too;
+    their silences are forgotten when it forms (measured: pcn-ring, splits formed at iteration 7-9 and
+    G was written at iteration 21-35, the switch reporting every flight meanwhile). A start taken after
+    the split (a flight in a confident rhythm's slot) still bounds it."""
+    from pcnlab.controller.bursts import BurstKey
+    from pcnlab.controller.segments import GapWriteConfig, LearnedGaps
+
+    gaps, rank = LearnedGaps(GapWriteConfig(steady=2)), BurstKey("s1", 1, 1)
+    for idle in (300_000, 12_000, 11_000, 160_000, 13_000):     # no split yet: every report a start
+        assert gaps.observe(rank, idle, True, None) is None
+    assert gaps.observe(rank, 165_000, True, 54_000) is None     # the split forms (not steady yet)
+    assert gaps.observe(rank, 12_000, False, 54_000) == 54_000   # not 11 ms / 1.5: those were flights
+    gaps.observe(rank, 40_000, True, 54_000)                     # a start after the split bounds G
+    assert gaps.observe(rank, 170_000, True, 80_000) is None and gaps.written[("s1", 1)] == 54_000
