@@ -179,7 +179,12 @@ class GapWriteConfig:
     steady: int = 8            # reports a key's split must hold before it counts
     raise_factor: float = 1.2  # write only a G this much above the one in force (G only rises)
     starts: int = 16           # recent iteration starts per key whose silences bound G
-    margin: float = 1.5        # G stays this many times below the shortest silence before a start
+    margin: float = 3.0        # G stays this many times below the shortest silence before a start (a
+                               # warming PS's silences shrink: on resnet, a split of 150 ms was ready at
+                               # iteration 11, the starts' silences then 225 ms and later 117-147 ms; at 1.5
+                               # those starts would not have been reported; replayed on 58 learned-G runs,
+                               # at 3 no start of 25 ms silence or more fell under G but on
+                               # pcn-back-to-back, whose starts follow 32-65 ms silences, as at 1.5)
 
 
 class LearnedGaps:

@@ -199,13 +199,13 @@ def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_port
     from pcnlab.controller.segments import GapWriteConfig, LearnedGaps
 
     gaps, ps, worker = LearnedGaps(), BurstKey("s1", 1, 1), BurstKey("s1", 2, 1)
-    writes = [gaps.observe(ps, 150_000, True, 50_000)] + [gaps.observe(ps, 15_000, False, 50_000) for _ in range(6)]
+    writes = [gaps.observe(ps, 160_000, True, 50_000)] + [gaps.observe(ps, 15_000, False, 50_000) for _ in range(6)]
     assert writes == [None] * 7                                    # not steady yet
     assert gaps.observe(ps, 160_000, True, 51_000) == 51_000       # the 8th report with a split: written
     assert gaps.observe(ps, 150_000, True, 55_000) is None         # within 1.2x of what is in force
     # A port of the same job whose silences form one group, all iteration starts 45 ms apart: a G above
-    # them would merge its iterations, so G stays 1.5x below them.
-    other = LearnedGaps(GapWriteConfig(steady=1))
+    # them would merge its iterations, so G stays `margin` x below them.
+    other = LearnedGaps(GapWriteConfig(steady=1, margin=1.5))
     other.observe(worker, 45_000, True, None)
     assert other.observe(ps, 150_000, True, 80_000) == 30_000
     assert gaps.observe(BurstKey("s2", 1, 1), 15_000, False, None) is None   # no split: nothing to write
