@@ -176,28 +176,27 @@ def iteration_gap_us(packet_times_us, configured: int | None = None) -> tuple[in
 
 @dataclass(frozen=True)
 class GapWriteConfig:
-    steady: int = 8            # reports a key's split must hold before it counts
+    steady: int = 8            # starts a key's split must have taken before it counts
     raise_factor: float = 1.2  # write only a G this much above the one in force (G only rises)
     starts: int = 16           # recent iteration starts per key whose silences bound G
     margin: float = 3.0        # G stays this many times below the shortest silence before a start (a
                                # warming PS's silences shrink: on resnet, a split of 150 ms was ready at
                                # iteration 11, the starts' silences then 225 ms and later 117-147 ms; at 1.5
                                # those starts would not have been reported; replayed on 58 learned-G runs,
-                               # at 3 no start of 25 ms silence or more fell under G but on
-                               # pcn-back-to-back, whose starts follow 32-65 ms silences, as at 1.5)
+                               # at 3 with `steady` starts no start of 25 ms silence or more fell under G,
+                               # at 1.5 7 did, in a resnet and a pcn-back-to-back run)
 
 
 class LearnedGaps:
     """Which G to write into the switch for a job whose G is learned, so that the switch itself stops
     reporting the silences inside an iteration (each a digest, and a chance to take a sub-burst for a
-    start). Per (switch, job): the smallest split of the job's keys that have held one for `steady`
-    reports, and never closer than `margin` to the shortest silence before an iteration start at any of
+    start). Per (switch, job): the smallest split of the job's keys that have taken `steady` starts since
+    it formed, and never closer than `margin` to the shortest silence before an iteration start at any of
     its keys (a port whose silences form one group is all iteration starts: a G above them would merge
     its iterations). G only rises: the silences under a written G are no longer seen."""
 
     def __init__(self, config: GapWriteConfig | None = None):
         self.config = config or GapWriteConfig()
-        self._steady: dict = {}
         self._split: dict = {}
         self._starts: dict = {}
         self.written: dict[tuple[str, int], int] = {}
@@ -214,13 +213,11 @@ class LearnedGaps:
         if starts_iteration and idle_us is not None:
             self._starts.setdefault(key, deque(maxlen=cfg.starts)).append(idle_us)
         if split_us is None:
-            self._steady.pop(key, None)
             self._split.pop(key, None)
             return None
-        self._steady[key] = self._steady.get(key, 0) + 1
         self._split[key] = split_us
         mine = [k for k in self._split if (k.switch, k.job) == (key.switch, key.job)]
-        ready = [self._split[k] for k in mine if self._steady[k] >= cfg.steady]
+        ready = [self._split[k] for k in mine if len(self._starts.get(k, ())) >= cfg.steady]
         shortest = [min(s) for k, s in self._starts.items() if (k.switch, k.job) == (key.switch, key.job) and s]
         if not ready or not shortest:
             return None
@@ -231,6 +228,6 @@ class LearnedGaps:
         return gap
 
     def forget_switch(self, switch: str) -> None:
-        for store in (self._steady, self._split, self._starts):
+        for store in (self._split, self._starts):
             for key in [k for k in store if k.switch == switch]:
                 del store[key]

@@ -199,9 +199,11 @@ def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_port
     from pcnlab.controller.segments import GapWriteConfig, LearnedGaps
 
     gaps, ps, worker = LearnedGaps(), BurstKey("s1", 1, 1), BurstKey("s1", 2, 1)
-    writes = [gaps.observe(ps, 160_000, True, 50_000)] + [gaps.observe(ps, 15_000, False, 50_000) for _ in range(6)]
-    assert writes == [None] * 7                                    # not steady yet
-    assert gaps.observe(ps, 160_000, True, 51_000) == 51_000       # the 8th report with a split: written
+    writes = []
+    for _ in range(7):   # seven starts and their flights: sub-bursts do not count
+        writes += [gaps.observe(ps, 160_000, True, 50_000), gaps.observe(ps, 15_000, False, 50_000)]
+    assert writes == [None] * 14                                   # not steady yet
+    assert gaps.observe(ps, 160_000, True, 51_000) == 51_000       # the 8th start with a split: written
     assert gaps.observe(ps, 150_000, True, 55_000) is None         # within 1.2x of what is in force
     # A port of the same job whose silences form one group, all iteration starts 45 ms apart: a G above
     # them would merge its iterations, so G stays `margin` x below them.
@@ -229,7 +231,8 @@ def test_the_starts_before_a_keys_split_formed_do_not_hold_g_down():
     gaps, rank = LearnedGaps(GapWriteConfig(steady=2)), BurstKey("s1", 1, 1)
     for idle in (300_000, 12_000, 11_000, 160_000, 13_000):     # no split yet: every report a start
         assert gaps.observe(rank, idle, True, None) is None
-    assert gaps.observe(rank, 165_000, True, 54_000) is None     # the split forms (not steady yet)
-    assert gaps.observe(rank, 12_000, False, 54_000) == 54_000   # not 11 ms / 1.5: those were flights
+    assert gaps.observe(rank, 165_000, True, 54_000) is None     # the split forms (one start since)
+    assert gaps.observe(rank, 12_000, False, 54_000) is None     # a flight
+    assert gaps.observe(rank, 170_000, True, 54_000) == 54_000   # not 11 ms / 3: those were flights
     gaps.observe(rank, 40_000, True, 54_000)                     # a start after the split bounds G
     assert gaps.observe(rank, 170_000, True, 80_000) is None and gaps.written[("s1", 1)] == 54_000
