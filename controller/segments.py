@@ -184,7 +184,7 @@ class GapWriteConfig:
                                # iteration 11, the starts' silences then 225 ms and later 117-147 ms; at 1.5
                                # those starts would not have been reported; replayed on 58 learned-G runs,
                                # at 3 with `steady` starts no start of 25 ms silence or more fell under G,
-                               # at 1.5 7 did, in a resnet and a pcn-back-to-back run)
+                               # at 1.5, 7 did, in a resnet and a pcn-back-to-back run)
 
 
 class LearnedGaps:
@@ -208,7 +208,7 @@ class LearnedGaps:
             # The key's split formed: before it every report was taken for a start, flights too, and
             # their silences held G down until 16 starts had passed (measured: pcn-ring, splits of 26-87
             # ms formed at iteration 7-9, G written at iteration 21-35; the switch reported every
-            # flight at 10 ms until then, 40-100 sub-bursts a run at the bottleneck).
+            # flight at 10 ms until then, 39-104 sub-bursts a run at the bottleneck).
             self._starts.pop(key, None)
         if starts_iteration and idle_us is not None:
             self._starts.setdefault(key, deque(maxlen=cfg.starts)).append(idle_us)

@@ -321,6 +321,7 @@ def test_a_start_early_in_its_window_judges_the_lead_it_had():
     assert planner.observe_start(BurstReport("s1", 2, 1, arm.window.start_us + below, 7)) is True
     assert tracker.score(below) == 7 and tracker.score(lead) is None
 
+
 def _settle(met, rounds=60):
     """Drive one key's learned lead with `met(elapsed_us)`: the queue a start meets after its window
     had been open that long (40 packets when no window was open). Returns (lead after it, queue met)
