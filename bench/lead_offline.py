@@ -1,0 +1,148 @@
+"""The lead chooser (controller/lead.py) driven offline by what real runs measured, for trying a lead
+rule or its settings before running the experiment again:
+
+    .venv/bin/python bench/lead_offline.py results/<experiment>/*/mode=pcn [--fixed 20 28 36] \
+        [--set tolerance=0 --set recent=16] [--runs 400]
+
+From the given pcn runs, every covered iteration start at the bottleneck (iterations.csv, matched to
+the controller's `actual` and `arm` events): how long its window had been open when it came, its
+offset (that time less the lead planned: the forecast's early reach and its error) and the queue it
+met. Then `--runs` runs of as many iterations are simulated: iterations 0-4 meet the standing queue
+the runs' uncovered starts met, as the switch reported them; from iteration 5 a start's offset is
+drawn from those measured in the same phase (5-19, 20 on), and the queue it meets from the measured
+starts whose time open fell in the same bin. The chooser has the controller's default settings
+(K_pre 10 packets). Printed: the mean start queue per phase, for the chooser (with `--set` LeadConfig
+fields changed) and for each fixed lead.
+
+A guide, not a measurement: a start's queue depends only on its time open here, while in a run the
+background's state carries from one window to the next. Hand-written: no library models this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pcnlab.controller.lead import LeadConfig, LeadTracker
+from pcnlab.controller.windows import PlannerConfig
+
+WARM = 20          # iterations 5-19: the chain and G still settling; 20 on: steady
+BINS_MS = (0, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 70, 80, 90, 100, 115, 130, 160, 200, 10_000)
+
+
+def measured(runs: list[Path]) -> tuple[pd.DataFrame, list[int], float, float]:
+    """(covered starts: iteration, open_ms, offset_ms, queue), the queues the uncovered starts met
+    (as the switch reported them: what the controller's first lead is drawn from), the port's
+    packets/s and the median period (us)."""
+    rows, first, rates, periods = [], [], [], []
+    for run in runs:
+        neck = json.loads((run / "metrics.json").read_text())["bottleneck"]
+        port = int(neck["port"])
+        rates.append(float(neck["rate_pps"]))
+        events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
+        arms = {e["start_us"]: e for e in events if e["type"] == "arm" and e["port"] == port}
+        reported = {e["t_us"]: e["queue_pkts"] for e in events if e["type"] == "report" and e["port"] == port}
+        actual = {e["t_us"]: e for e in events if e["type"] == "actual" and e["port"] == port}
+        seen = np.array(sorted(actual))
+        starts = pd.read_csv(run / "iterations.csv")
+        periods.append(starts.first_in_us.diff().median())
+        first += [reported[t] for t, e in actual.items() if not e.get("window") and t in reported]
+        for it, t, queue in zip(starts.iteration, starts.first_in_us, starts.start_queue):
+            i = np.searchsorted(seen, t)
+            near = [s for s in seen[max(i - 1, 0):i + 1] if abs(s - t) < 5_000]
+            window = actual[near[0]].get("window") if near else None
+            if not window or window[0] not in arms or it < 5:
+                continue
+            opened = (t - window[0]) / 1000
+            rows.append((it, opened, opened - arms[window[0]]["lead_us"] / 1000, queue))
+    table = pd.DataFrame(rows, columns=["iteration", "open_ms", "offset_ms", "queue"])
+    return table, first, float(np.median(rates)), float(np.median(periods))
+
+
+class Fixed:
+    def __init__(self, lead_us: int):
+        self.lead_us = lead_us
+
+    def observe(self, *args) -> None:
+        pass
+
+    def lead(self, period_us: float) -> int:
+        return self.lead_us
+
+
+def simulate(make, table: pd.DataFrame, first: list[int], period_us: float, iterations: int, seed: int):
+    rng = np.random.default_rng(seed)
+    offsets = {warm: table[(table.iteration < WARM) == warm].offset_ms.to_numpy() for warm in (True, False)}
+    pools = [table[(table.open_ms > lo) & (table.open_ms <= hi)].queue.to_numpy()
+             for lo, hi in zip(BINS_MS[:-1], BINS_MS[1:])]
+    tracker, met = make(), []
+    for it in range(iterations):
+        if it < 5:
+            met.append(int(rng.choice(first)))
+            tracker.observe(met[-1], False)
+            continue
+        lead_ms = tracker.lead(period_us) / 1000
+        opened = lead_ms + rng.choice(offsets[it < WARM])
+        if opened <= 0:
+            met.append(int(rng.choice(first)))
+            tracker.observe(met[-1], False)
+            continue
+        b = min(max(int(np.searchsorted(BINS_MS, opened)) - 1, 0), len(pools) - 1)
+        while len(pools[b]) < 5:   # a bin too thin to draw from: the nearest one towards the middle
+            b += 1 if b < 5 else -1
+        met.append(int(rng.choice(pools[b])))
+        tracker.observe(met[-1], True, round(max(min(lead_ms, opened), 0.001) * 1000))
+    return np.mean(met), np.mean(met[5:WARM]), np.mean(met[WARM:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="pcn run folders (mode=pcn...)")
+    parser.add_argument("--fixed", nargs="*", type=float, default=[], help="fixed leads to compare (ms)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a LeadConfig field for the chooser (e.g. tolerance=0)")
+    parser.add_argument("--runs", dest="count", type=int, default=400, help="simulated runs per rule")
+    args = parser.parse_args()
+    runs = list(dict.fromkeys(run.resolve() for run in args.runs))   # a `latest` link names a run twice
+    for run in runs:
+        missing = [name for name in ("metrics.json", "events.jsonl", "iterations.csv") if not (run / name).is_file()]
+        if missing:
+            parser.error(f"{run} has no {', '.join(missing)}: give the folders of finished pcn runs (mode=pcn...)")
+    table, first, rate, period = measured(runs)
+    if table.empty or not first:
+        parser.error("these runs have no covered iteration start from iteration 5 on, or no uncovered one: "
+                     "give the folders of pcn runs (mode=pcn...)")
+    if args.count < 1:
+        parser.error(f"--runs {args.count}: simulate at least one run")
+    fields = {f.name: f.type for f in dataclasses.fields(LeadConfig)}
+    changes = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in fields:
+            parser.error(f"--set {item}: LeadConfig has no field {name!r} (it has {', '.join(fields)})")
+        try:
+            changes[name] = float(value) if fields[name] in ("float", float) else int(value)
+        except ValueError:
+            parser.error(f"--set {item}: {name} takes a {fields[name]}, not {value!r}")
+    iterations = int(table.iteration.max()) + 1
+    print(f"{len(runs)} runs, {len(table)} covered starts, port {rate:.0f} packets/s, period {period / 1000:.0f} ms, "
+          f"{iterations} iterations per simulated run, {args.count} runs per rule")
+    print("queue met by time open (ms): " + "  ".join(
+        f"{lo}-{hi}: {table[(table.open_ms > lo) & (table.open_ms <= hi)].queue.mean():.1f}"
+        for lo, hi in zip(BINS_MS[:-1], BINS_MS[1:]) if ((table.open_ms > lo) & (table.open_ms <= hi)).sum() >= 5))
+    config = dataclasses.replace(PlannerConfig().lead_config(), **changes)   # as the controller's (run_controller.py)
+    rules = {"chooser" + (f" {' '.join(args.set)}" if args.set else ""): lambda: LeadTracker(rate, config)}
+    rules |= {f"fixed {ms:g} ms": (lambda ms=ms: Fixed(round(ms * 1000))) for ms in args.fixed}
+    print(f"{'rule':32s} {'all':>6s} {'5-19':>6s} {'20 on':>6s}")
+    for name, make in rules.items():
+        result = np.array([simulate(make, table, first, period, iterations, seed) for seed in range(args.count)])
+        print(f"{name:32s} " + " ".join(f"{x:6.2f}" for x in result.mean(axis=0)))
+
+
+if __name__ == "__main__":
+    main()
