@@ -80,6 +80,7 @@ def simulate(make, table: pd.DataFrame, first: list[int], period_us: float, iter
     offsets = {warm: table[(table.iteration < WARM) == warm].offset_ms.to_numpy() for warm in (True, False)}
     pools = [table[(table.open_ms > lo) & (table.open_ms <= hi)].queue.to_numpy()
              for lo, hi in zip(BINS_MS[:-1], BINS_MS[1:])]
+    drawn = [i for i, pool in enumerate(pools) if len(pool) >= 5] or [i for i, pool in enumerate(pools) if len(pool)]
     tracker, met = make(), []
     for it in range(iterations):
         if it < 5:
@@ -93,9 +94,9 @@ def simulate(make, table: pd.DataFrame, first: list[int], period_us: float, iter
             tracker.observe(met[-1], False)
             continue
         b = min(max(int(np.searchsorted(BINS_MS, opened)) - 1, 0), len(pools) - 1)
-        while len(pools[b]) < 5:   # a bin too thin to draw from: the nearest one towards the middle
-            b += 1 if b < 5 else -1
+        b = min(drawn, key=lambda i: abs(i - b))   # a bin too thin to draw from: the nearest that is not
         met.append(int(rng.choice(pools[b])))
+        # The lead judged as windows.WindowPlanner.observe_start judges it: the lead the start had.
         tracker.observe(met[-1], True, round(max(min(lead_ms, opened), 0.001) * 1000))
     return np.mean(met), np.mean(met[5:WARM]), np.mean(met[WARM:])
 
@@ -114,7 +115,7 @@ def main() -> None:
         if missing:
             parser.error(f"{run} has no {', '.join(missing)}: give the folders of finished pcn runs (mode=pcn...)")
     table, first, rate, period = measured(runs)
-    if table.empty or not first:
+    if not table.open_ms.gt(0).any() or not first:
         parser.error("these runs have no covered iteration start from iteration 5 on, or no uncovered one: "
                      "give the folders of pcn runs (mode=pcn...)")
     if args.count < 1:
