@@ -139,8 +139,10 @@ def window_intervals(events: pd.DataFrame) -> pd.DataFrame:
     """Every pre-drain window the controller wrote: switch, port, job, start_us, end_us (switch clock),
     armed_ns and removed_ns (host clock; removed_ns NaN if it was left to expire), and the same two
     moments in the switch's clock as the controller decided them (armed_us: the decision plus the
-    write's latency; removed_us), NaN in event logs older than those fields."""
-    cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns", "armed_us", "removed_us"]
+    write's latency; removed_us), NaN in event logs older than those fields; lead_us, the lead it was
+    planned with (NaN: older logs)."""
+    cols = ["switch", "port", "job", "start_us", "end_us", "armed_ns", "removed_ns", "armed_us", "removed_us",
+            "lead_us"]
     if events.empty or "type" not in events:
         return pd.DataFrame(columns=cols)
     arms = events[events["type"] == "arm"]
@@ -157,17 +159,19 @@ def window_intervals(events: pd.DataFrame) -> pd.DataFrame:
     gone = [keyed.get((r.switch, r.port, r.start_us, r.end_us), (np.nan, np.nan)) for r in out.itertuples()]
     out["removed_ns"] = [g[0] for g in gone]
     out["removed_us"] = [float(g[1]) for g in gone]
+    out["lead_us"] = arms["lead_us"].astype(float).to_numpy() if "lead_us" in arms else np.nan
     return out[cols].reset_index(drop=True)
 
 
-def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -> pd.Series:
-    """Per iteration: its first data packet at `port` arrived inside a window of that port that had
-    been written before it and not yet removed. Judged in the switch's clock, as the controller judges
+def covering(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -> pd.DataFrame:
+    """Per iteration, the window of `port` in force when its first data packet arrived (written before
+    it and not yet removed) that had been open longest, as the controller judges a start by it: its
+    start_us and lead_us, NaN when none was. Judged in the switch's clock, as the controller judges
     its own reports (the arm and disarm decisions carry their switch time), so no clock map between
     the switch and the host enters; older event logs fall back to host times."""
     w = windows[on_port(windows, port[0], port[1])]
     switch_clock = "armed_us" in w and w["armed_us"].notna().all()
-    flags = []
+    rows = []
     for r in table.itertuples():
         inside = w[(w["start_us"] <= r.first_in_us) & (r.first_in_us < w["end_us"])]
         if switch_clock:
@@ -176,8 +180,16 @@ def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -
             inside = inside[(inside["armed_us"] <= r.first_in_us) & ~(inside["removed_us"] < r.first_in_us)]
         else:
             inside = inside[(inside["armed_ns"] <= r.first_in_ns) & ~(inside["removed_ns"] <= r.first_in_ns)]
-        flags.append(not inside.empty)
-    return pd.Series(flags, index=table.index, dtype=bool)
+        longest = inside.loc[inside["start_us"].idxmin()] if not inside.empty else None
+        rows.append((np.nan, np.nan) if longest is None else
+                    (float(longest["start_us"]), float(longest.get("lead_us", np.nan))))
+    return pd.DataFrame(rows, index=table.index, columns=["start_us", "lead_us"], dtype=float)
+
+
+def covered(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) -> pd.Series:
+    """Per iteration: its first data packet at `port` arrived inside a window of that port that had
+    been written before it and not yet removed (`covering`)."""
+    return covering(table, windows, port)["start_us"].notna().astype(bool)
 
 
 def controller_coverage(events: pd.DataFrame, port: tuple[str, int], table: pd.DataFrame | None = None

@@ -4,8 +4,9 @@ rule or its settings before running the experiment again:
     .venv/bin/python bench/lead_offline.py results/<experiment>/*/mode=pcn [--fixed 20 28 36] \
         [--set tolerance=0 --set recent=16] [--runs 400]
 
-From the given pcn runs, every covered iteration start at the bottleneck (iterations.csv, matched to
-the controller's `actual` and `arm` events): how long its window had been open when it came, its
+From the given pcn runs, every covered iteration start at the bottleneck (iterations.csv, and the
+window in force for it that had been open longest, as the analysis' `covered` finds it and the
+controller judges a start by it): how long that window had been open when it came, its
 offset (that time less the lead planned: the forecast's early reach and its error) and the queue it
 met. Then `--runs` runs of as many iterations are simulated: iterations 0-4 meet the standing queue
 the runs' uncovered starts met, as the switch reported them; from iteration 5 a start's offset is
@@ -22,45 +23,41 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from pcnlab.analysis import iterations as it
+from pcnlab.analysis.results import RunData, load_run, on_port
 from pcnlab.controller.lead import LeadConfig, LeadTracker
 from pcnlab.controller.windows import PlannerConfig
+from pcnlab.errors import UsageError
 
 WARM = 20          # iterations 5-19: the chain and G still settling; 20 on: steady
 BINS_MS = (0, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 70, 80, 90, 100, 115, 130, 160, 200, 10_000)
 
 
-def measured(runs: list[Path]) -> tuple[pd.DataFrame, list[int], float, float]:
+def measured(runs: list[RunData]) -> tuple[pd.DataFrame, list[int], float, float]:
     """(covered starts: iteration, open_ms, offset_ms, queue), the queues the uncovered starts met
     (as the switch reported them: what the controller's first lead is drawn from), the port's
     packets/s and the median period (us)."""
     rows, first, rates, periods = [], [], [], []
     for run in runs:
-        neck = json.loads((run / "metrics.json").read_text())["bottleneck"]
-        port = int(neck["port"])
+        neck = run.metrics["bottleneck"]
+        port = (neck["switch"], int(neck["port"]))
         rates.append(float(neck["rate_pps"]))
-        events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
-        arms = {e["start_us"]: e for e in events if e["type"] == "arm" and e["port"] == port}
-        reported = {e["t_us"]: e["queue_pkts"] for e in events if e["type"] == "report" and e["port"] == port}
-        actual = {e["t_us"]: e for e in events if e["type"] == "actual" and e["port"] == port}
-        seen = np.array(sorted(actual))
-        starts = pd.read_csv(run / "iterations.csv")
+        starts, events = run.iteration_table, run.events
         periods.append(starts.first_in_us.diff().median())
-        first += [reported[t] for t, e in actual.items() if not e.get("window") and t in reported]
-        for it, t, queue in zip(starts.iteration, starts.first_in_us, starts.start_queue):
-            i = np.searchsorted(seen, t)
-            near = [s for s in seen[max(i - 1, 0):i + 1] if abs(s - t) < 5_000]
-            window = actual[near[0]].get("window") if near else None
-            if not window or window[0] not in arms or it < 5:
-                continue
-            opened = (t - window[0]) / 1000
-            rows.append((it, opened, opened - arms[window[0]]["lead_us"] / 1000, queue))
-    table = pd.DataFrame(rows, columns=["iteration", "open_ms", "offset_ms", "queue"])
+        # The window each start had (the analysis' `covered`), and how long it had been open.
+        window = it.covering(starts, it.window_intervals(events), port)
+        opened = (starts.first_in_us - window.start_us) / 1000
+        took = window.start_us.notna() & (starts.iteration >= 5)
+        rows.append(pd.DataFrame({"iteration": starts.iteration, "open_ms": opened,
+                                  "offset_ms": opened - window.lead_us / 1000, "queue": starts.start_queue})[took])
+        reports = events[on_port(events, *port) & (events["type"] == "report")]
+        first += list(reports[(reports["kind"] != "sub-burst") & (reports["covered"] == False)].queue_pkts)  # noqa: E712
+    table = pd.concat(rows, ignore_index=True)
     return table, first, float(np.median(rates)), float(np.median(periods))
 
 
@@ -109,11 +106,15 @@ def main() -> None:
                         help="a LeadConfig field for the chooser (e.g. tolerance=0)")
     parser.add_argument("--runs", dest="count", type=int, default=400, help="simulated runs per rule")
     args = parser.parse_args()
-    runs = list(dict.fromkeys(run.resolve() for run in args.runs))   # a `latest` link names a run twice
-    for run in runs:
-        missing = [name for name in ("metrics.json", "events.jsonl", "iterations.csv") if not (run / name).is_file()]
-        if missing:
-            parser.error(f"{run} has no {', '.join(missing)}: give the folders of finished pcn runs (mode=pcn...)")
+    runs = []
+    for path in dict.fromkeys(run.resolve() for run in args.runs):   # a `latest` link names a run twice
+        try:
+            run = load_run(path)
+        except UsageError as e:
+            parser.error(str(e))
+        if run.mode != "pcn" or run.iteration_table.empty or "bottleneck" not in run.metrics:
+            parser.error(f"{path} is no finished pcn run with iterations: give the folders of pcn runs (mode=pcn...)")
+        runs.append(run)
     table, first, rate, period = measured(runs)
     if not table.open_ms.gt(0).any() or not first:
         parser.error("these runs have no covered iteration start from iteration 5 on, or no uncovered one: "

@@ -165,6 +165,25 @@ def test_a_window_removed_on_the_report_of_its_start_covered_that_start():
     assert list(it.covered(table, windows(float("nan")), ("s1", PORT))) == [True]
 
 
+def test_the_window_a_start_had_is_the_one_in_force_open_longest():
+    """The controller judges a start's lead by the window in force for it that had been open longest
+    (windows.py); the analysis finds the same one, and its lead, for `bench/lead_offline.py`."""
+    table = pd.DataFrame({"first_in_us": [300_300, 400_000], "first_in_ns": [0, 0]})
+    windows = pd.DataFrame([
+        {"switch": "s1", "port": PORT, "job": 1, "start_us": 270_000, "end_us": 301_000, "armed_ns": 0,
+         "removed_ns": 0, "armed_us": 250_000.0, "removed_us": float("nan"), "lead_us": 25_000.0},
+        {"switch": "s1", "port": PORT, "job": 1, "start_us": 290_000, "end_us": 310_000, "armed_ns": 0,
+         "removed_ns": 0, "armed_us": 250_000.0, "removed_us": float("nan"), "lead_us": 8_000.0},
+        {"switch": "s1", "port": PORT, "job": 1, "start_us": 260_000, "end_us": 320_000, "armed_ns": 0,
+         "removed_ns": 0, "armed_us": 300_301.0, "removed_us": float("nan"), "lead_us": 40_000.0}])  # written late
+    found = it.covering(table, windows, ("s1", PORT))
+    assert found.start_us.iloc[0] == 270_000 and found.lead_us.iloc[0] == 25_000
+    assert found.iloc[1].isna().all() and list(it.covered(table, windows, ("s1", PORT))) == [True, False]
+    arm = {"type": "arm", "host_ns": 1, "switch": "s1", "port": PORT, "job": 1, "start_us": 270_000,
+           "end_us": 301_000, "decided_us": 250_000, "write_ms": 1.0, "lead_us": 25_000}
+    assert it.window_intervals(pd.DataFrame([arm])).lead_us.tolist() == [25_000.0]   # the lead it was planned with
+
+
 def test_the_controller_counts_no_start_before_the_jobs_first_iteration():
     """A PyTorch job's set-up exchanges reach the PS's port as bursts the switch reports before
     iteration 0: the controller judged them (uncovered), but they are no iteration, so its own coverage
