@@ -9,8 +9,11 @@ was planned with, or less when the start came sooner after the window opened). E
 `tries` times in turn (the first lead, then the one below and two above it, then longer ones while
 the longest tried is the best, shorter ones while the shortest tried is); until a covered start has
 been judged, the ladder follows the standing queue; then the lead whose recent starts met the least
-is used, the shortest of those within `tolerance` packets of the least, and every `refresh`-th
-covered start tries a neighbour of it again, so the choice follows a port whose traffic changes.
+is chosen, the shortest of those within `tolerance` packets of the least. Once the choice has tried
+neighbours, the leads halfway (in ratio) between it and them are added and tried (`finest`): coarse
+rungs find the trough in few starts, the halves find its floor. The best of all is used, and every
+`refresh`-th covered start tries a neighbour of it again, so the choice follows a port whose traffic
+changes.
 
 Why a choice and not a lead that grows while starts meet too much (the lead of commit 45342a3):
 the queue a window leaves is not monotone in how long it was open. The marks make the background
@@ -45,6 +48,11 @@ class LeadConfig:
     recent: int = 8               # a lead's last starts behind its score
     tolerance: float = 0.5        # packets: a shorter lead within this of the best is preferred
     refresh: int = 8              # every refresh-th covered start tries a neighbour of the choice
+    finest: float = 1.2           # the lead halfway (in ratio) to each tried neighbour of the choice is
+                                  # added while the two are at least finest^2 apart (ratio or more:
+                                  # never). A ladder 1.25 x apart from the start met 6.73 packets on
+                                  # pcn-training-resnet against 7.05 but slowed the ring's warm-up;
+                                  # halves of the 1.5 x ladder: docs/results.md, issue 19, 2026-11-26
     min_lead_us: int = 1000
     max_share: float = 0.3        # of the period: the lead never holds K_pre longer than this
     history: int = 8              # uncovered starts behind the standing-queue estimate
@@ -71,6 +79,7 @@ class LeadTracker:
         self._upper = math.inf                      # max_share x the period, as of the last plan
         self.lead_us: int | None = None             # the lead to plan with next
         self._first = 0                             # the ladder's first lead (from the standing queue)
+        self._halves: list[int] = []                # rungs added halfway, around a choice
 
     @property
     def standing_pkts(self) -> int | None:
@@ -98,6 +107,7 @@ class LeadTracker:
                                             for k in range(-cfg.below, cfg.steps + 1)}))
                 self._first = self.lead_us = self._rung(first)
                 self._met = {lead: deque(maxlen=cfg.recent) for lead in self.ladder}
+                self._halves = []
             return
         if not self.ladder:
             return
@@ -140,11 +150,37 @@ class LeadTracker:
         if scores[tried[0]] <= best and shortest > 0:
             return ladder[shortest - 1]
         chosen = next(rung for rung in tried if scores[rung] <= best + cfg.tolerance)
+        half = self._halfway(chosen, tried)
+        if half is not None:
+            return half
         if self._covered % cfg.refresh or len(tried) == 1:
             return chosen
         i = tried.index(chosen)
         side = 1 if (self._covered // cfg.refresh) % 2 else -1
         return tried[i + side if 0 <= i + side < len(tried) else i - side]
+
+    def _halfway(self, chosen: int, tried: list[int]) -> int | None:
+        """A rung halfway between `chosen` and a tried neighbour of it, added to the ladder (None: both
+        sides are as fine as `finest` allows, or untried)."""
+        cfg = self.config
+        for half in self._halves:
+            if len(self._met[half]) < cfg.tries and half <= self._upper:
+                return half
+        i = self.ladder.index(chosen)
+        for j in (i - 1, i + 1):
+            if not 0 <= j < len(self.ladder) or self.ladder[j] not in tried:
+                continue
+            low, high = sorted((chosen, self.ladder[j]))
+            if high / low < cfg.finest ** 2:
+                continue
+            half = round(math.sqrt(low * high))
+            if half in (low, high):
+                continue
+            self.ladder = tuple(sorted((*self.ladder, half)))
+            self._met[half] = deque(maxlen=cfg.recent)
+            self._halves.append(half)
+            return half
+        return None
 
     def lead(self, period_us: float) -> int:
         """The lead to plan with now, within [min_lead_us, max_share x the period]."""
