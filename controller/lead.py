@@ -160,8 +160,8 @@ class LeadTracker:
         return tried[i + side if 0 <= i + side < len(tried) else i - side]
 
     def _halfway(self, chosen: int, tried: list[int]) -> int | None:
-        """A rung halfway between `chosen` and a tried neighbour of it, added to the ladder (None: both
-        sides are as fine as `finest` allows, or untried)."""
+        """A half tried fewer than `tries` times yet, else a new rung halfway between `chosen` and a tried
+        neighbour of it, added to the ladder (None: both sides are as fine as `finest` allows, or untried)."""
         cfg = self.config
         for half in self._halves:
             if len(self._met[half]) < cfg.tries and half <= self._upper:
