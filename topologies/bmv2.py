@@ -15,12 +15,13 @@ once.
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from mininet.node import Switch
 
@@ -47,11 +48,39 @@ def port_is_free(port: int, host: str = "0.0.0.0") -> bool:
     return True
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# Where a switch's own ports are drawn from when none is asked for: below Linux's ephemeral range
+# (32768-60999 by default, net.ipv4.ip_local_port_range), from which the kernel gives every outgoing
+# connection its source port. A port the kernel chose (bind to 0) is in that range, and an outgoing
+# connection could take it between our check and BMv2's bind: BMv2 then runs without listening (the
+# likely cause of CI's "did not open its ports in 15 s" of 2026-11-26, whose console was lost with its
+# temporary folder). No outgoing connection takes a port below that range, and the workloads' own
+# ports start at 20000 (workloads/hosts.py FIRST_PORT).
+CONTROL_PORTS = range(10000, 20000)
+
+
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A TCP port in CONTROL_PORTS that nobody has bound now and that is not in `avoid` (ports chosen
+    but not bound yet: the same network's other switches). The search starts at a random port, so two
+    runs one after the other seldom meet in a port the first has just left."""
+    first = random.SystemRandom().randrange(len(CONTROL_PORTS))
+    for i in range(len(CONTROL_PORTS)):
+        port = CONTROL_PORTS[(first + i) % len(CONTROL_PORTS)]
+        if port not in avoid and port_is_free(port):
+            return port
+    raise PortInUse(f"no free TCP port in {CONTROL_PORTS.start}-{CONTROL_PORTS.stop - 1}; "
+                    "set the network's grpc_base_port and thrift_base_port")
+
+
+def _bind_failure(console: Path, since: int) -> str | None:
+    """BMv2's own line, written after byte `since`, saying it could not bind a port (it keeps running
+    when it cannot), or None."""
+    with open(console, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    for line in text.splitlines():
+        if "Could not bind" in line or "Address already in use" in line:
+            return line.strip()[:200]
+    return None
 
 
 def _listening(port: int) -> bool:
@@ -96,7 +125,7 @@ class Bmv2Switch(Switch):
         self.packet_log = packet_log
         self.build_info = build or bmv2_build(packet_log)
         self.grpc_port = grpc_port or free_port()
-        self.thrift_port = thrift_port or free_port()
+        self.thrift_port = thrift_port or free_port(avoid={self.grpc_port})
         self._require_free_ports()  # before Mininet builds links: a taken port fails early
         self.log_dir = Path(log_dir or "/tmp")
         self.pcap = pcap
@@ -143,11 +172,12 @@ class Bmv2Switch(Switch):
                     f"{self.name}: {label} port {port} is in use; choose another base port or free it "
                     f"(`ss -ltnp 'sport = :{port}'` shows who holds it)")
 
-    def _start_process(self, timeout: float = 15.0) -> None:
+    def _start_process(self, timeout: float = 30.0) -> None:
         self._require_free_ports()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         console = self.log_dir / f"{self.name}-console.log"
         with open(console, "ab") as out:
+            since = out.tell()
             self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         if self.on_process:
@@ -157,11 +187,19 @@ class Bmv2Switch(Switch):
             if self.process.poll() is not None:
                 tail = console.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
                 raise Bmv2StartError(f"{self.name}: simple_switch_grpc exited ({tail[0]}); see {console}")
+            failure = _bind_failure(console, since)
+            if failure:
+                self._stop_process()
+                raise PortInUse(f"{self.name}: simple_switch_grpc could not bind its gRPC port {self.grpc_port} "
+                                f"or thrift port {self.thrift_port}, taken since they were checked free "
+                                f"({failure}); start again, or choose other base ports")
             if _listening(self.grpc_port) and _listening(self.thrift_port):
                 return
             time.sleep(0.05)
         self._stop_process()
-        raise Bmv2StartError(f"{self.name}: simple_switch_grpc did not open its ports in {timeout:.0f} s; "
+        tail = " | ".join(console.read_text(errors="replace").strip().splitlines()[-3:]) or "no output"
+        raise Bmv2StartError(f"{self.name}: simple_switch_grpc did not open its ports {self.grpc_port} and "
+                             f"{self.thrift_port} in {timeout:.0f} s (its last output: {tail[:400]}); "
                              f"see {console}")
 
     def _stop_process(self) -> None:

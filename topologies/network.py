@@ -19,7 +19,7 @@ from pcnlab.controller.endpoints import SwitchEndpoint, save_endpoints
 from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.ledger import RunLedger, clean_stale
 from pcnlab.topologies import control_ports
-from pcnlab.topologies.bmv2 import Bmv2StartError, Bmv2Switch
+from pcnlab.topologies.bmv2 import Bmv2StartError, Bmv2Switch, free_port
 from pcnlab.rates import FRAME_BYTES
 from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
 from pcnlab.topologies.topos import PcnTopo
@@ -195,14 +195,19 @@ class PcnNetwork:
         if self.options.switch == "bridge":
             return functools.partial(TrackedBridge, ledger=self.ledger)
         base_grpc, base_thrift = self.options.grpc_base_port, self.options.thrift_base_port
+        chosen: set[int] = set()  # this network's ports so far: none is bound before its switch starts
+
+        def port(base: int | None, n: int) -> int:
+            picked = base + n - 1 if base else free_port(avoid=chosen)
+            chosen.add(picked)
+            return picked
 
         def make(name, **params):
             n = int("".join(ch for ch in name if ch.isdigit()))
             return TrackedBmv2Switch(
                 name, ledger=self.ledger, log_dir=self.run_dir,
                 packet_log=self.options.packet_log, pcap=self.options.pcap, realtime=self.options.realtime,
-                grpc_port=base_grpc + n - 1 if base_grpc else None,
-                thrift_port=base_thrift + n - 1 if base_thrift else None,
+                grpc_port=port(base_grpc, n), thrift_port=port(base_thrift, n),
                 on_process=self.ledger.add_process, **params)
 
         return make
