@@ -360,6 +360,17 @@ class ChainModels:
         return ChainForecast(target, FIRST, cause_us + cfg.first_wait_us, 0.0, 0.0, 0, self.period_us(target),
                              provisional=True, awaiting=True, cause_us=cause_us)
 
+    def forget_choice(self, key: BurstKey) -> None:
+        """The key's segmenter found its iteration starts among reports that were all taken for starts
+        (core.py): the scores behind its choice were of sub-bursts, and the rhythm predicts it until its
+        models are scored again. Its starts and lags stay (replayed on 18 runs of 2026-11-26: also
+        replacing its starts with the split's lost a pcn-ring run 28 starts and opened a pcn-predict
+        run's windows for 164 s; forgetting its lags too moved one start, either way, in two)."""
+        self._chosen.pop(key, None)
+        self._forecast.pop(key, None)
+        for pair in [p for p in self._errors if p[0] == key]:
+            del self._errors[pair]
+
     def forget_switch(self, switch: str) -> None:
         """A restarted switch has a new clock: what was learned from it is void."""
         self._awaited = {k for k in self._awaited if k.switch != switch}

@@ -9,7 +9,7 @@ an iteration of a 400 ms period, 53 'starts' of 40 iterations at a 10 ms G), and
 the split between them tells iteration starts from sub-bursts: the split of the recent gaps' logarithms
 that maximises the between-group variance (Otsu's method), accepted only when the two groups' typical
 gaps differ by at least `min_ratio` and the long gaps recur (`min_long` of them: one pause among
-iterations is not a second group). With no such split every report starts an iteration: there are no
+iterations is not a second group; one fewer when the groups differ `decisive_ratio` times). With no such split every report starts an iteration: there are no
 sub-bursts, or the iterations run back to back and cannot be told apart.
 
 A split is also dropped when its long gaps have stopped recurring: when the run of short gaps since the
@@ -39,7 +39,12 @@ REPORT_GAP_US = 10_000   # the switch's G for a job whose G is learned: reports 
 class SegmenterConfig:
     history: int = 128       # recent gaps behind the split (a generator's iteration at 10 ms: 10-20 sub-bursts)
     min_ratio: float = 3.0   # the two groups' geometric means must differ this much
-    min_long: int = 3        # and the long gaps must recur at least this often in the history
+    min_long: int = 3        # and the long gaps must recur at least this often in the history,
+    decisive_ratio: float = 30.0  # or once fewer when the groups differ this much (0: never). pcn-paper
+                             # with G learned: flights 10-20 ms, iterations 1.5 s apart, the split at the
+                             # second long silence instead of the third; a PS's compute gaps are 10-20 x
+                             # its flights and pcn-back-to-back's 3-5 x (a split from two long silences at
+                             # min_ratio lost it 3-7 starts, 2026-11-25), so they still need three
     min_gaps: int = 4        # fewer gaps: no split yet (every report starts an iteration)
     min_step: float = 1.5    # silences: the split falls where neighbouring ones differ this much (report
                              # times include each burst's length: their gaps can be a continuum, no step)
@@ -125,7 +130,12 @@ class IterationSegmenter:
     def _split(self) -> float | None:
         cfg = self.config
         step = cfg.min_step if self._silences else 1.0
-        return split_gap(self._gaps, cfg.min_ratio, cfg.min_long, step) if len(self._gaps) >= cfg.min_gaps else None
+        if len(self._gaps) < cfg.min_gaps:
+            return None
+        split = split_gap(self._gaps, cfg.min_ratio, cfg.min_long, step)
+        if split is None and cfg.decisive_ratio:
+            split = split_gap(self._gaps, cfg.decisive_ratio, cfg.min_long - 1, step)
+        return split
 
     def _runs(self, threshold: float) -> list[int]:
         """The lengths of the runs of short gaps, oldest first; the last is the run since the last long gap."""

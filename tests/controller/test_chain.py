@@ -178,6 +178,18 @@ def test_a_restarted_switch_forgets_its_chains():
     assert models.chosen(key) == RHYTHM and models.period_us(key) == 0.0
 
 
+def test_a_key_whose_choice_is_forgotten_is_predicted_by_its_rhythm_until_scored_again():
+    models = ChainModels()
+    trace = ps_trace(random.Random(4), 12)
+    for r in trace:
+        models.observe_start(r, None)
+    key = BurstKey("s1", PS_PORT, 1)
+    chosen, period = models.chosen(key), models.period_us(key)
+    assert chosen != RHYTHM and models.errors(key)
+    models.forget_choice(key)
+    assert models.chosen(key) == RHYTHM and models.errors(key, chosen) == [] and models.period_us(key) == period
+
+
 def test_reach_is_symmetric_when_narrow_and_the_densest_part_when_wide():
     assert reach([1_000, -2_000, 500], jitter_us=1_500, spread=2.0, max_open_us=100_000) == (3_000, 3_000)
     # The earliest of four workers, each drawing its start uniformly over +-600 ms: most starts are early.

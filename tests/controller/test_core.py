@@ -46,6 +46,24 @@ def test_the_rhythm_learns_again_from_the_starts_once_the_split_forms():
     assert abs(core.bank.predictors[key].period_us - 2_000_000) < 20_000
 
 
+def test_what_the_chain_learned_from_flights_is_void_once_the_split_forms():
+    # Measured on pcn-paper with G learned (2026-11-26): the switch reported each flight's end, so its END
+    # chain (a flight's end to the next flight, 10-20 ms) was chosen before the split; when the split formed
+    # at iteration 3 the rhythm learned 2 s again but END stayed chosen, and iteration 4 had no window.
+    rng = random.Random(5)
+    trace = generator_reports(rng, 12, 2_000_000, 25)
+    ends = [(r.key, r.t_us + 3_000, r.t_us + 13_000) for r in trace]   # each flight ends 3 ms on, seen at G
+    core = WindowScheduler()
+    result = replay(trace, core, write_latency_us=WRITE_US, ends=ends)
+    iterations = [s for s in result.steps if s.observation.report.idle_us > 1_000_000]
+    formed = next(k for k, s in enumerate(iterations) if s.observation.kind == "match" and
+                  all(o.observation.kind == "sub-burst" for o in result.steps if o.observation.report.t_us
+                      - s.observation.report.t_us in range(1, 1_000_000)))
+    assert formed <= 5
+    covered = "".join("x" if s.covered else "." for s in iterations)
+    assert covered[formed + 1:] == "x" * (len(iterations) - formed - 1), (formed, covered)
+
+
 def test_a_confident_rhythm_is_kept_when_the_split_forms():
     # pcn-back-to-back at G 40 ms: the first split took one of four iterations, 77 ms after the one before,
     # for a sub-burst; the rhythm that predicted them all stays as it is.

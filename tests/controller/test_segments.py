@@ -193,6 +193,26 @@ def test_an_iteration_of_many_sub_bursts_still_leaves_three_long_silences_in_the
     assert verdicts[later:] == truth[later:]
 
 
+def _first_split(long_us: int) -> int:
+    """The iteration (0 the first) at which a segmenter's split forms: 15 flights 10-19 ms apart an
+    iteration, `long_us` of silence between iterations."""
+    rng, segmenter, t = random.Random(2), IterationSegmenter(), T0
+    for k in range(6):
+        t += long_us
+        segmenter.starts_iteration(t, long_us)
+        if segmenter.threshold_us is not None:
+            return k
+        for _ in range(15):
+            t += 30_000
+            segmenter.starts_iteration(t, rng.randint(10_000, 19_000))
+    return 6
+
+
+def test_a_split_forms_at_the_second_long_silence_only_when_the_groups_are_decisively_apart():
+    assert _first_split(1_500_000) == 2     # pcn-paper with G learned: 1.5 s against 10-19 ms
+    assert _first_split(180_000) == 3       # a PS's compute gap, about 13 x its flights: three
+
+
 def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_ports_iteration_silences():
     from pcnlab.controller.bursts import BurstKey
     from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass
