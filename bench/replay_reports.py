@@ -8,7 +8,11 @@ trying a predictor change on real traffic before running it again:
 Without --switch/--port, the run's bottleneck (metrics.json). "Covered": the start fell inside a
 window armed at least --write-ms before it, as the live controller needs (its writes take 2-10 ms).
 The reports are what the switch saw under the run's own windows, so a replay of another model is a
-guide, not a measurement: the run it would have made shapes different queues.
+guide, not a measurement: the run it would have made shapes different queues. In particular, once a
+replay leaves a few starts uncovered that the run covered, those starts met the run's small queues,
+and the lead tracker may decide that no queue stands at the port (`LeadTracker.needed`) and arm
+nothing after: a long run of misses at the end of a replay is that, not the model (live, an uncovered
+start meets the standing queue and the windows come back).
 """
 
 from __future__ import annotations
