@@ -64,6 +64,30 @@ def test_what_the_chain_learned_from_flights_is_void_once_the_split_forms():
     assert covered[formed + 1:] == "x" * (len(iterations) - formed - 1), (formed, covered)
 
 
+def test_a_flight_in_a_wide_slot_but_farther_than_the_split_from_it_is_no_start():
+    # pcn-back-to-back with G learned (2026-11-26, seed 745): iterations 600 ms apart, jittered, flights
+    # 10-22 ms apart until 45-200 ms before the next iteration. The rhythm, confident with a slot of
+    # +-105 ms or more, took the flights in it for starts, learned 578, 560, 545 and 271 ms, and
+    # covered nothing until iteration 8.
+    rng = random.Random(3)
+    trace, truth, end = [], [], None
+    for start in lattice(rng, 30, 600_000, 0.05):
+        trace.append(BurstReport("s1", 1, 1, start, 20, 1_000_000 if end is None else start - end))
+        truth.append(True)
+        t = start
+        while t + 25_000 < start + 600_000 - rng.randint(45_000, 120_000):
+            idle = rng.randint(10_000, 15_000)
+            t += idle + rng.randint(5_000, 8_000)
+            trace.append(BurstReport("s1", 1, 1, t, 20, idle))
+            truth.append(False)
+        end = t + 5_000
+    result = replay(trace, WindowScheduler(), write_latency_us=WRITE_US)
+    taken = [s.observation.kind != "sub-burst" for s in result.steps]
+    late = len(trace) // 4
+    assert taken[late:] == truth[late:], [s.observation.report.idle_us for s, t, k in
+                                          zip(result.steps[late:], truth[late:], taken[late:]) if t != k]
+
+
 def test_a_confident_rhythm_is_kept_when_the_split_forms():
     # pcn-back-to-back at G 40 ms: the first split took one of four iterations, 77 ms after the one before,
     # for a sub-burst; the rhythm that predicted them all stays as it is.
