@@ -108,9 +108,9 @@ class WindowScheduler:
         learns again from the starts the split finds among them, as if it had held from the first. A
         confident rhythm is kept: its reports were starts (measured: pcn-back-to-back at G 40 ms, whose
         first split took one of four 600 ms iterations, 77 ms after the one before, for a sub-burst).
-        The key's chain forgets its choice too (ChainModels.forget_choice): pcn-paper with G learned had chosen its
-        END chain from the flights (10-20 ms after a flight's end), which stayed chosen once the split
-        formed at iteration 3, and iteration 4, 2 s on, had no window."""
+        The key's chain forgets its choice too (ChainModels.forget_choice): pcn-paper with G learned
+        had chosen its END chain from the flights (10-20 ms after a flight's end), which stayed chosen
+        once the split formed at iteration 3, and iteration 4, 2 s on, had no window."""
         wanted = set(starts_us)
         self.bank.relearn(key, [r for r in self._recent[key] if r.t_us in wanted and r.t_us < now_us])
         self.chains.forget_choice(key)

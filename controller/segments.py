@@ -9,8 +9,9 @@ an iteration of a 400 ms period, 53 'starts' of 40 iterations at a 10 ms G), and
 the split between them tells iteration starts from sub-bursts: the split of the recent gaps' logarithms
 that maximises the between-group variance (Otsu's method), accepted only when the two groups' typical
 gaps differ by at least `min_ratio` and the long gaps recur (`min_long` of them: one pause among
-iterations is not a second group; one fewer when the groups differ `decisive_ratio` times). With no such split every report starts an iteration: there are no
-sub-bursts, or the iterations run back to back and cannot be told apart.
+iterations is not a second group; one fewer when the groups differ `decisive_ratio` times). With no
+such split every report starts an iteration: there are no sub-bursts, or the iterations run back to
+back and cannot be told apart.
 
 A split is also dropped when its long gaps have stopped recurring: when the run of short gaps since the
 last long one is longer than twice any run between two long gaps (and than `min_gaps`) and has lasted
