@@ -83,6 +83,11 @@ def _bind_failure(console: Path, since: int) -> str | None:
     return None
 
 
+def _last_lines(console: Path, n: int) -> str:
+    """The console's last `n` lines, joined by " | " (for a one-line error), or "no output"."""
+    return " | ".join(console.read_text(errors="replace").strip().splitlines()[-n:]) or "no output"
+
+
 def _listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.2)
@@ -185,8 +190,8 @@ class Bmv2Switch(Switch):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                tail = console.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                raise Bmv2StartError(f"{self.name}: simple_switch_grpc exited ({tail[0]}); see {console}")
+                raise Bmv2StartError(f"{self.name}: simple_switch_grpc exited ({_last_lines(console, 1)}); "
+                                     f"see {console}")
             failure = _bind_failure(console, since)
             if failure:
                 self._stop_process()
@@ -197,9 +202,9 @@ class Bmv2Switch(Switch):
                 return
             time.sleep(0.05)
         self._stop_process()
-        tail = " | ".join(console.read_text(errors="replace").strip().splitlines()[-3:]) or "no output"
         raise Bmv2StartError(f"{self.name}: simple_switch_grpc did not open its ports {self.grpc_port} and "
-                             f"{self.thrift_port} in {timeout:.0f} s (its last output: {tail[:400]}); "
+                             f"{self.thrift_port} in {timeout:.0f} s (its last output: "
+                             f"{_last_lines(console, 3)[:400]}); "
                              f"see {console}")
 
     def _stop_process(self) -> None:

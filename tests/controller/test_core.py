@@ -27,6 +27,13 @@ def generator_reports(rng: random.Random, n: int, period_us: int, flights: int) 
     return out
 
 
+def split_formed(steps, iterations) -> int:
+    """The first iteration after whose start, for 1 s, every report was a sub-burst: the split held."""
+    return next(k for k, s in enumerate(iterations) if s.observation.kind == "match" and
+                all(o.observation.kind == "sub-burst" for o in steps
+                    if o.observation.report.t_us - s.observation.report.t_us in range(1, 1_000_000)))
+
+
 def test_the_rhythm_learns_again_from_the_starts_once_the_split_forms():
     # Measured on pcn-paper with G learned (2026-11-25): the split formed at iteration 3, but the rhythm had
     # learned from every flight before it: period 1.79 s of 2 s at iteration 4, confident from iteration 8,
@@ -37,9 +44,7 @@ def test_the_rhythm_learns_again_from_the_starts_once_the_split_forms():
     result = replay(trace, core, write_latency_us=WRITE_US)
     key = BurstKey("s1", 1, 1)
     iterations = [s for s in result.steps if s.observation.report.idle_us > 1_000_000]
-    formed = next(k for k, s in enumerate(iterations) if s.observation.kind == "match" and
-                  all(o.observation.kind == "sub-burst" for o in result.steps if o.observation.report.t_us
-                      - s.observation.report.t_us in range(1, 1_000_000)))
+    formed = split_formed(result.steps, iterations)
     assert formed <= 5   # from then on, every flight is a sub-burst
     covered = "".join("x" if s.covered else "." for s in iterations)
     assert covered[formed + 1:] == "x" * (len(iterations) - formed - 1), (formed, covered)
@@ -56,9 +61,7 @@ def test_what_the_chain_learned_from_flights_is_void_once_the_split_forms():
     core = WindowScheduler()
     result = replay(trace, core, write_latency_us=WRITE_US, ends=ends)
     iterations = [s for s in result.steps if s.observation.report.idle_us > 1_000_000]
-    formed = next(k for k, s in enumerate(iterations) if s.observation.kind == "match" and
-                  all(o.observation.kind == "sub-burst" for o in result.steps if o.observation.report.t_us
-                      - s.observation.report.t_us in range(1, 1_000_000)))
+    formed = split_formed(result.steps, iterations)
     assert formed <= 5
     covered = "".join("x" if s.covered else "." for s in iterations)
     assert covered[formed + 1:] == "x" * (len(iterations) - formed - 1), (formed, covered)
