@@ -371,6 +371,23 @@ class ChainModels:
         for pair in [p for p in self._errors if p[0] == key]:
             del self._errors[pair]
 
+    def drop_end_lags(self, key: BurstKey, below_us: float) -> None:
+        """The key's segmenter found the silence that parts its iterations (core.py): END lags shorter
+        than it were learned from a flight's end to the next flight, since a start's own silence is
+        longer. Such a pair is forgotten, its scores and the choice of it with it (measured, replayed: a
+        pcn-back-to-back run with G learned whose split formed at iteration 2, where its rhythm was
+        confident and kept, predicted from END, 17 ms after each flight, for five iterations, none
+        covered)."""
+        pair = self._pairs.get((key, END))
+        if pair is None or not pair.lags or _median(pair.lags) >= below_us:
+            return
+        del self._pairs[(key, END)]
+        self._errors.pop((key, END), None)
+        if self._chosen.get(key) == END:
+            del self._chosen[key]
+        if self._forecast.get(key, (None,))[0] == END:
+            del self._forecast[key]
+
     def forget_switch(self, switch: str) -> None:
         """A restarted switch has a new clock: what was learned from it is void."""
         self._awaited = {k for k in self._awaited if k.switch != switch}

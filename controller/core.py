@@ -24,6 +24,14 @@ from pcnlab.controller.segments import IterationSegmenter
 from pcnlab.controller.windows import Window, WindowChange, WindowPlanner
 
 
+# A confident rhythm is relearned when the split forms all the same if the split takes less than this
+# share of the reports it learned from for starts: it was confident on flights (pcn-back-to-back with G
+# learned, seed 755: flights 20 ms apart, 3 of 16 reports starts, the rhythm then took flights 26 ms
+# from its slot for starts and covered 24 of 40 iterations). A PS's split after its set-up pauses keeps
+# more (pcn-training-resnet: 5 of 13; its rhythm, kept, covered 4 more of its first 10 iterations).
+KEEP_SHARE = 0.3
+
+
 class WindowScheduler:
     """The models and the planner, driven by reports and by timer ticks. The caller writes the changes,
     and calls `tick(switch, now)` at `next_wakeup_us(switch)` (switch clock) so a missed report rolls
@@ -51,9 +59,13 @@ class WindowScheduler:
         had_split = segmenter.threshold_us is not None
         starts = segmenter.starts_iteration(t, report.idle_us)
         rhythm = self.bank.forecast(key, t)
-        if not had_split and segmenter.threshold_us is not None and not (rhythm and rhythm.confident):
-            self._relearn(key, segmenter.starts_us(), t)
-            rhythm = self.bank.forecast(key, t)
+        if not had_split and segmenter.threshold_us is not None:
+            # Whatever the rhythm: an END lag shorter than the split was a flight's (chain.drop_end_lags)
+            self.chains.drop_end_lags(key, below_us=segmenter.threshold_us)
+            starts_us = segmenter.starts_us()
+            if not (rhythm and rhythm.confident) or len(starts_us) < KEEP_SHARE * len(recent):
+                self._relearn(key, starts_us, t)
+                rhythm = self.bank.forecast(key, t)
         if not starts:
             # A short gap, but right where a confident rhythm expects its next start: a start after all
             # (back to back, the last flight of one iteration can come just before the next begins).
@@ -104,10 +116,11 @@ class WindowScheduler:
         """A split formed: the reports before it were all taken for starts, sub-bursts too, and the
         key's rhythm learned a period of a flight's length from them (measured: pcn-paper with G learned,
         split formed at iteration 3, period 1.79 s of 2 s at iteration 4, confident from iteration 8
-        only, where a configured G armed from iteration 3). Unless the rhythm predicts confidently, it
-        learns again from the starts the split finds among them, as if it had held from the first. A
-        confident rhythm is kept: its reports were starts (measured: pcn-back-to-back at G 40 ms, whose
-        first split took one of four 600 ms iterations, 77 ms after the one before, for a sub-burst).
+        only, where a configured G armed from iteration 3). Unless the rhythm predicts confidently from
+        reports the split mostly takes for starts (KEEP_SHARE), it learns again from the starts the
+        split finds among them, as if it had held from the first. Such a rhythm is kept: its reports
+        were starts (measured: pcn-back-to-back at G 40 ms, whose first split took one of four 600 ms
+        iterations, 77 ms after the one before, for a sub-burst).
         The key's chain forgets its choice too (ChainModels.forget_choice): pcn-paper with G learned
         had chosen its END chain from the flights (10-20 ms after a flight's end), which stayed chosen
         once the split formed at iteration 3, and iteration 4, 2 s on, had no window."""

@@ -15,9 +15,10 @@ back and cannot be told apart.
 
 A split is also dropped when its long gaps have stopped recurring: when the run of short gaps since the
 last long one is longer than twice any run between two long gaps (and than `min_gaps`) and has lasted
-twice the longest long gap, the long gaps are history, not iterations (measured: a ring's setup pauses,
-2.5 s twice and 450 ms, before iterations 330 ms apart made every iteration a 'sub-burst' until the
-pauses left the history, 28 of 150 iterations). The gaps before that run are forgotten, and the split
+twice the longest long gap and the longest time from one long gap to the next, the long gaps are
+history, not iterations (measured: a ring's setup pauses, 2.5 s twice and 450 ms, before iterations
+330 ms apart made every iteration a 'sub-burst' until the pauses left the history, 28 of 150
+iterations). The gaps before that run are forgotten, and the split
 is learned again from what follows. And no split holds before a short gap has come between two long
 ones: long gaps in a row, then short ones, show no sub-burst, only a job that sped up (measured:
 pcn-training's PS port was silent 991, 870 and 432 ms in the job's setup, then 175-200 ms between
@@ -41,21 +42,30 @@ class SegmenterConfig:
     history: int = 128       # recent gaps behind the split (a generator's iteration at 10 ms: 10-20 sub-bursts)
     min_ratio: float = 3.0   # the two groups' geometric means must differ this much
     min_long: int = 3        # and the long gaps must recur at least this often in the history,
-    decisive_ratio: float = 30.0  # or once fewer when the groups differ this much (0: never). pcn-paper
-                             # with G learned: flights 10-20 ms, iterations 1.5 s apart, the split at the
-                             # second long silence instead of the third; a PS's compute gaps are 10-20 x
-                             # its flights and pcn-back-to-back's 3-5 x (a split from two long silences at
-                             # min_ratio lost it 3-7 starts, 2026-11-25), so they still need three
+    decisive_ratio: float = 10.0  # or once fewer when the groups differ this much (0: never): the split
+                             # at the second long silence instead of the third. pcn-paper with G learned:
+                             # flights 10-20 ms, iterations 1.5 s apart; pcn-back-to-back: flights 10-25 ms,
+                             # 45-290 ms between iterations, 7-13 x at its second (a split from two long
+                             # silences at min_ratio lost it 3-7 starts, 2026-11-25; at 30 x it waited for
+                             # the third: iteration 3 uncovered in 9 of 16 runs, replayed 2026-11-27)
+    decisive_above: float = 1.5  # such a split lies at most this x above the short group's longest: two
+                             # long silences say little of how short the next may be (pcn-back-to-back:
+                             # 164 and 193 ms, a split at their midpoint with 24 ms of 63 ms, then
+                             # iteration 3 came after 48 ms and was taken for a sub-burst)
     min_gaps: int = 4        # fewer gaps: no split yet (every report starts an iteration)
     min_step: float = 1.5    # silences: the split falls where neighbouring ones differ this much (report
                              # times include each burst's length: their gaps can be a continuum, no step)
-    stale_factor: int = 2    # long gaps are history after a run of short ones this many times the longest between them
+    stale_factor: int = 2    # long gaps are history after a run of short ones this many times the longest
+                             # between them, lasting this many times the longest long gap or iteration
 
 
-def split_gap(gaps, min_ratio: float = 3.0, min_long: int = 3, min_step: float = 1.0) -> float | None:
+def split_gap(gaps, min_ratio: float = 3.0, min_long: int = 3, min_step: float = 1.0,
+              above_short: float | None = None) -> float | None:
     """The gap (µs) above which a report starts an iteration, or None when the gaps form one group. The
     split falls only where neighbouring gaps differ `min_step` times: with fewer than `min_long` long
-    gaps yet, Otsu would otherwise cut the short group (measured: 12 | 14 ms among 12-16 ms flights)."""
+    gaps yet, Otsu would otherwise cut the short group (measured: 12 | 14 ms among 12-16 ms flights).
+    It lies midway (in logarithms) between the two groups' nearest gaps, or at most `above_short` x the
+    short group's longest."""
     logs = sorted(math.log(max(g, 1)) for g in gaps)
     n = len(logs)
     if n < 2:
@@ -78,7 +88,8 @@ def split_gap(gaps, min_ratio: float = 3.0, min_long: int = 3, min_step: float =
     m_high = sum(logs[best_at:]) / (n - best_at)
     if m_high - m_low < math.log(min_ratio):
         return None
-    return math.exp((logs[best_at - 1] + logs[best_at]) / 2)
+    split = math.exp((logs[best_at - 1] + logs[best_at]) / 2)
+    return min(split, math.exp(logs[best_at - 1]) * above_short) if above_short else split
 
 
 class IterationSegmenter:
@@ -135,7 +146,7 @@ class IterationSegmenter:
             return None
         split = split_gap(self._gaps, cfg.min_ratio, cfg.min_long, step)
         if split is None and cfg.decisive_ratio:
-            split = split_gap(self._gaps, cfg.decisive_ratio, cfg.min_long - 1, step)
+            split = split_gap(self._gaps, cfg.decisive_ratio, cfg.min_long - 1, step, cfg.decisive_above)
         return split
 
     def _runs(self, threshold: float) -> list[int]:
@@ -159,7 +170,10 @@ class IterationSegmenter:
             return False
         longs = [(t, g) for t, g in zip(self._times, self._gaps) if g > threshold]
         last_long = longs[-1][0]
-        return self._times[-1] - last_long > self.config.stale_factor * max(g for _, g in longs)
+        # An iteration can last longer than the silence before it (pcn-back-to-back: 600 ms iterations
+        # after 164-193 ms silences; a split from those two was dropped 518 ms into the third iteration)
+        longest = max([g for _, g in longs] + [b - a for (a, _), (b, _) in zip(longs, longs[1:])])
+        return self._times[-1] - last_long > self.config.stale_factor * longest
 
 
 def learned_gap_us(reports: Iterable[tuple[int, int | None]], config: SegmenterConfig | None = None) -> float | None:

@@ -291,6 +291,18 @@ def test_a_ring_port_is_predicted_from_its_own_burst_end():
     assert core.chains.on_end(BurstKey("s1", 1, 1), T0, T0 + 50_000) == []
 
 
+def test_end_lags_shorter_than_the_split_are_forgotten_with_the_choice_of_them():
+    core = scheduler()
+    _ring_port(core, random.Random(5), 60)
+    chains, key = core.chains, BurstKey("s1", 1, 1)
+    lag = chains._pairs[(key, END)].lags
+    assert chains.chosen(key) == END
+    chains.drop_end_lags(key, below_us=min(lag))          # every lag is at least the split: kept
+    assert chains.chosen(key) == END and chains.errors(key, END)
+    chains.drop_end_lags(key, below_us=max(lag) + 1)      # flights' lags: gone, and the choice
+    assert chains.chosen(key) == RHYTHM and chains.errors(key, END) == [] and (key, END) not in chains._pairs
+
+
 def test_a_replay_feeds_each_switch_its_own_burst_ends():
     """replay(ends=...) as the controller: each end when the switch saw it, before the next report of
     that switch; another switch's end, early in its own clock and with no report of its own, holds none

@@ -100,3 +100,33 @@ def test_a_confident_rhythm_is_kept_when_the_split_forms():
     core = WindowScheduler()
     result = replay(trace, core, write_latency_us=WRITE_US)
     assert all(s.covered for s in result.steps[4:])
+
+
+# pcn-back-to-back with G learned (2026-11-26, seed 755, results/s40/nab): the PS's port's reports,
+# (switch time, silence before) µs. Iteration 0's flights came 11-16 ms apart, and the rhythm was
+# confident on them when the split formed at iteration 2.
+BACK_TO_BACK_755 = [
+    (4511006, 4511006), (4557769, 14855), (4719278, 10047), (4730618, 11001), (4744649, 13121),
+    (4760719, 14959), (4772828, 10359), (4800040, 15821), (4814003, 10806), (4842704, 13839), (4858035, 13259),
+    (5106588, 247078), (5418446, 15583), (5437731, 18406), (5460845, 21298), (5484592, 20702),
+    (5706145, 221239), (5726701, 12892), (5757189, 13524), (5856499, 16231), (5880585, 16127),
+    (5905001, 15784), (5930450, 16913), (5965489, 10486), (6049824, 11099), (6306089, 245394),
+    (6905653, 233018), (7102648, 12208), (7124539, 13361), (7141728, 13700), (7159776, 15033),
+    (7176467, 14334), (7197229, 16748), (7219783, 18652), (7242681, 18611), (7268276, 21303), (7289202, 18528),
+    (7307867, 16198), (7506320, 198146), (7705834, 12328), (7723101, 10778), (7740591, 11339),
+    (7762612, 14342), (7783761, 16175), (7802893, 14341), (7826454, 18500), (7856351, 23478),
+    (8106067, 247279), (8152366, 11530), (8270586, 10326), (8291557, 11380), (8313658, 10387),
+    (8339841, 13372), (8367362, 13590), (8400005, 10108), (8510077, 10821), (8535893, 14299),
+    (8705672, 161589), (8723066, 11289), (8778547, 11199), (8903037, 15042), (8997434, 14341),
+    (9307597, 310163), (9552483, 12594), (9603171, 12023), (9673106, 12514), (9693210, 12822),
+    (9713381, 13684), (9735761, 12615), (9906049, 164712), (10170502, 10159), (10184033, 13199),
+    (10200082, 15470), (10215280, 14613), (10231845, 15509), (10506441, 274264)]
+
+
+def test_a_rhythm_confident_on_flights_learns_again_when_the_split_forms():
+    # Kept, it took a flight 26 ms from its slot for a start and learned a 285 ms period: iterations
+    # 3, 6-10 uncovered.
+    trace = [BurstReport("s1", 1, 1, t, 20, idle) for t, idle in BACK_TO_BACK_755]
+    result = replay(trace, WindowScheduler(), write_latency_us=WRITE_US)
+    covered = "".join("x" if s.covered else "." for s in result.steps if s.observation.report.idle_us > 100_000)
+    assert covered == "..xxxxxxxxx", covered

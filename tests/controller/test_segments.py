@@ -210,7 +210,42 @@ def _first_split(long_us: int) -> int:
 
 def test_a_split_forms_at_the_second_long_silence_only_when_the_groups_are_decisively_apart():
     assert _first_split(1_500_000) == 2     # pcn-paper with G learned: 1.5 s against 10-19 ms
-    assert _first_split(180_000) == 3       # a PS's compute gap, about 13 x its flights: three
+    assert _first_split(180_000) == 2       # a PS's compute gap, about 13 x its flights
+    assert _first_split(80_000) == 3        # about 6 x: three
+
+
+# pcn-back-to-back with G learned (2026-11-26), the PS's port: (switch time, silence before), µs
+BACK_TO_BACK_745 = [  # seed 745 (results/s39/ab4): iteration 3 came after 48 ms of silence
+    (4426353, 4426353), (4708355, 16642), (4725335, 14542), (4744486, 16574), (4766710, 18396),
+    (4788622, 17815), (5020133, 221500), (5251385, 11339), (5271116, 11898), (5289733, 11341),
+    (5309153, 12431), (5331064, 12381), (5355310, 15555), (5377921, 18646), (5620336, 240868),
+    (5646252, 10606), (5873279, 12026), (6084814, 10695), (6100940, 10118), (6116014, 10554),
+    (6130572, 10151), (6148209, 12362), (6166362, 12193), (6220154, 48341), (6266413, 12248)]
+BACK_TO_BACK_752 = [  # seed 752 (results/s40/gab): iterations of 600 ms after 165 and 193 ms of silence
+    (4452574, 4452574), (4473919, 12978), (4507170, 10042), (4686453, 10194), (4733295, 12296),
+    (4838742, 16989), (4852204, 13230), (4865619, 13089), (4882139, 14479), (5047621, 164829),
+    (5356063, 12180), (5380253, 14123), (5417876, 24324), (5433181, 15305), (5454928, 13106),
+    (5647749, 192821), (5670746, 16377), (5699367, 13777), (5880067, 10880), (5980322, 10961),
+    (6022315, 12684), (6049429, 17667), (6075758, 18421), (6107913, 11400), (6124357, 10667),
+    (6152048, 22446), (6166061, 13784), (6247710, 81649)]
+
+
+def test_a_split_from_two_long_silences_lies_just_above_the_flights():
+    # Midway between 18.6 and 221 ms (64 ms), it took iteration 3, 48 ms after iteration 2's last
+    # flight, for a sub-burst.
+    segmenter = IterationSegmenter()
+    verdicts = [segmenter.starts_iteration(t, idle) for t, idle in BACK_TO_BACK_745]
+    starts = [k for k, v in enumerate(verdicts) if v and k >= 14]
+    assert starts == [14, 23]     # iterations 2 and 3; the flights between and after are sub-bursts
+    assert 18_646 < segmenter.threshold_us < 48_341
+
+
+def test_a_split_holds_while_an_iteration_lasts_longer_than_the_silence_before_it():
+    # The split formed at iteration 2 (193 ms of silence); 518 ms into that iteration, longer than twice
+    # either long silence, it was taken for history and dropped, and iteration 2's flights for starts.
+    segmenter = IterationSegmenter()
+    verdicts = [segmenter.starts_iteration(t, idle) for t, idle in BACK_TO_BACK_752]
+    assert verdicts[15:] == [True] + [False] * 11 + [True]
 
 
 def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_ports_iteration_silences():
