@@ -18,6 +18,14 @@ iteration's buffer, at the place its (tensor, offset) names and with exactly its
 can write outside its chunk, nor into an iteration other than its own, nor non-finite values.
 Datagrams the socket's buffer overflowed on are counted too (SO_RXQ_OVFL: `rcvbuf_drops`).
 
+Acknowledgements: every second new chunk of a worker, or ACK_DELAY_S after a lone one, and at once for
+its LAST datagram, a duplicate or a pull; each carries the iteration's whole bitmap and echoes the
+newest transmission. One per datagram made LTP the transport whose packets cost BMv2 most: on
+ltp-synchronised-generator.yaml with a realtime switch (16 workers of 7 chunks) the switch forwarded
+397 packets an iteration for LTP against 320-330 for TCP, and BMv2 used 88-93 % of a core (p95), over
+the fidelity check's 90 % in three runs of four; with every second, 350 and 81-86 % (measured
+2026-11-27, docs/results.md).
+
 The receiver-driven pull: once a worker's LAST datagram is in (it has sent every chunk once), every
 acknowledgement the PS sends it while chunks are missing is a PULL (wire.py): what the bitmap lacks
 and is older than the datagram acknowledged is lost, and the worker sends it again first, without
@@ -55,6 +63,8 @@ PULL_RTTS = 2.0        # a worker whose LAST is in, silent this many smoothed RT
 MIN_PULL_S = 0.005
 RECEIVE_BUFFER = 8 << 20
 DRAIN_S = 0.1          # on stop: datagrams still arriving are read (and counted) this long
+ACK_EVERY = 2          # a worker's new chunks are acknowledged every this many (one bitmap says it all) ...
+ACK_DELAY_S = 0.001    # ... or this long after the first unacknowledged one; LAST, pulls, duplicates at once
 
 
 @dataclass
@@ -158,6 +168,7 @@ class LtpServer:
         self.rcvbuf_drops = 0
         self.silent = {r: 0 for r in self.ranks}      # iterations closed in a row without a word from it
         self.heard: set[int] = set()
+        self._unacked: dict[int, tuple[tuple[str, int], int, int, int, int]] = {}  # rank: dst, it, seq, count, since
         self.error: BaseException | None = None
         self.cond = threading.Condition()
         self._stop = threading.Event()
@@ -215,7 +226,9 @@ class LtpServer:
                 if readable:
                     self._drain()
                 with self.cond:
-                    self._check_close(time.monotonic_ns())
+                    now_ns = time.monotonic_ns()
+                    self._flush_acks(now_ns - int(ACK_DELAY_S * 1e9))
+                    self._check_close(now_ns)
         except BaseException as exc:  # noqa: BLE001 -- handed to the main thread, which fails the rank
             with self.cond:
                 self.error = exc
@@ -225,6 +238,7 @@ class LtpServer:
         times = [t for s in self.slots if s.reason is None
                  for t in [self.policy.next_check(*self._times(s), s.deadline_s), self._next_pull(s)]
                  if t is not None]
+        times += [since / 1e9 + ACK_DELAY_S for *_, since in self._unacked.values()]
         return min(times) if times else None
 
     @staticmethod
@@ -319,7 +333,8 @@ class LtpServer:
         if slot.first_ns is None:
             slot.first_ns = now_ns
             slot.deadline_s = self.policy.deadline_for(4 * self.layout.total * len(self.ranks), slot.srtt_s)
-        if slot.mask[row, data.chunk]:
+        duplicate = bool(slot.mask[row, data.chunk])
+        if duplicate:
             self._reject("duplicate")
             slot.duplicates += 1
         else:
@@ -331,8 +346,28 @@ class LtpServer:
             slot.arrived(kernel_ns, 4 * data.payload.size)
         pull = bool(slot.done[row]) and not slot.mask[row].all()
         slot.pulls += pull
-        self._send_ack(src, data.rank, FLAG_PULL if pull else 0, data.iter, data.seq, slot.mask[row])
+        count, since = 0, now_ns
+        if data.rank in self._unacked:
+            if self._unacked[data.rank][1] == data.iter:
+                *_, count, since = self._unacked.pop(data.rank)
+            else:
+                self._flush_acks(now_ns, [data.rank])     # the other iteration's, first
+        if pull or data.last or duplicate or count + 1 >= ACK_EVERY:
+            self._send_ack(src, data.rank, FLAG_PULL if pull else 0, data.iter, data.seq, slot.mask[row])
+        else:
+            self._unacked[data.rank] = (src, data.iter, data.seq, count + 1, since)
         self._check_close(now_ns)
+
+    def _flush_acks(self, before_ns: int, ranks=None) -> None:
+        """Acknowledge each worker (of `ranks`, default all) whose oldest unacknowledged chunk came at or
+        before `before_ns`, with its iteration's bitmap as it is now."""
+        for rank in list(self._unacked if ranks is None else ranks):
+            dst, it, seq, _, since = self._unacked[rank]
+            if since <= before_ns:
+                del self._unacked[rank]
+                slot = self.slots[it % 2]
+                if slot.iter == it:
+                    self._send_ack(dst, rank, 0, it, seq, slot.mask[self.row[rank]])
 
     def _send_ack(self, dst: tuple[str, int], rank: int, flags: int, it: int, echo: int, mask: np.ndarray) -> None:
         try:

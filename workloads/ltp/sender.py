@@ -6,8 +6,9 @@
 Every iteration the chunks go out in a fresh seeded permutation (per worker and iteration): a burst of
 losses at the switch then hits different parts of each worker's gradient, so the PS's Bubble
 Filling almost always has other workers' values for a lost chunk. The window (ratecontrol.py) bounds the
-transmissions outstanding; the PS acknowledges every datagram with the iteration's whole bitmap, so
-chunks arrive and are acknowledged in any order (no head-of-line blocking). A transmission is lost
+transmissions outstanding; the PS acknowledges every second datagram (receiver.py) with the iteration's
+whole bitmap, so chunks arrive and are acknowledged in any order (no head-of-line blocking), and the
+window grows by the chunks a bitmap newly acknowledges, however many that is. A transmission is lost
 when one sent later was acknowledged and a reordering window has passed (RACK), or when the
 retransmission timer fires, or when the PS pulls it (a PULL: once the PS has this worker's LAST
 datagram, sent when every chunk has gone out once, it names what is missing and the newest
