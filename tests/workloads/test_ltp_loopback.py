@@ -383,28 +383,3 @@ def test_a_send_is_released_when_the_caller_learns_the_other_end_has_it_all():
         assert not thread.is_alive() and out["r"].outcome == "released"
         assert time.monotonic() - released_at < 0.1 and out["r"].timeouts == 0
 
-
-def test_the_ps_acknowledges_every_second_chunk_and_a_lone_one_after_a_millisecond():
-    """Four chunks back to back: two acknowledgements, each echoing the second of its pair with the
-    bitmap of both; a fifth alone is acknowledged on the PS's timer; LAST at once (receiver.ACK_EVERY,
-    ACK_DELAY_S). Each acknowledgement is a packet the switch forwards: LTP's sent one per datagram."""
-    from pcnlab.workloads.ltp.wire import FLAG_LAST, mask_of
-
-    def send(seq, c, flags=0):
-        w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, flags, 0, seq, 0, 360 * c,
-                                  np.full(360, c, dtype=np.float32), 1000)), (PS, port))
-
-    with _serving(6) as (lay, tag, port, server, w1):
-        for c in range(4):
-            send(c, c)
-        acks = [_ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay) for _ in range(2)]
-        assert [a.echo_seq for a in acks] == [1, 3]
-        assert [int(mask_of(a.bitmap, lay.chunks).sum()) for a in acks] == [2, 4]
-        sent = time.monotonic()
-        send(4, 4)
-        lone = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
-        assert lone.echo_seq == 4 and not lone.pull and time.monotonic() - sent >= 0.0009
-        send(5, 5, FLAG_LAST)
-        last = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
-        assert last.echo_seq == 5 and mask_of(last.bitmap, lay.chunks).all()
-        assert server.wait(0, 2).reason == "complete"

@@ -285,9 +285,9 @@ def test_the_port_rate_is_not_taken_from_bunched_arrivals():
     """What the automatic deadline divides by: 64 chunks 1 ms apart (1.44 MB/s of gradient), with 16 of
     them bunched within 16 µs (as a switch or the kernel sometimes hands them over): the rate stays the
     port's, where the fastest 16 read more than 10 times it."""
-    from pcnlab.workloads.ltp.receiver import _Slot
+    from pcnlab.workloads.ltp.slot import Slot
 
-    slot = _Slot(1, Layout([360 * 64]))
+    slot = Slot(1, Layout([360 * 64]))
     slot.reset(0)
     t = 0
     for i in range(64):

@@ -18,13 +18,7 @@ iteration's buffer, at the place its (tensor, offset) names and with exactly its
 can write outside its chunk, nor into an iteration other than its own, nor non-finite values.
 Datagrams the socket's buffer overflowed on are counted too (SO_RXQ_OVFL: `rcvbuf_drops`).
 
-Acknowledgements: every second new chunk of a worker, or ACK_DELAY_S after a lone one, and at once for
-its LAST datagram, a duplicate or a pull; each carries the iteration's whole bitmap and echoes the
-newest transmission. One per datagram made LTP the transport whose packets cost BMv2 most: on
-ltp-synchronised-generator.yaml with a realtime switch (16 workers of 7 chunks) the switch forwarded
-397 packets an iteration for LTP against 320-330 for TCP, and BMv2 used 88-93 % of a core (p95), over
-the fidelity check's 90 % in three runs of four; with every second, 350 and 81-86 % (measured
-2026-11-27, docs/results.md).
+Acknowledgements: every second new chunk of a worker, its LAST, duplicates and pulls at once (acks.py).
 
 The receiver-driven pull: once a worker's LAST datagram is in (it has sent every chunk once), every
 acknowledgement the PS sends it while chunks are missing is a PULL (wire.py): what the bitmap lacks
@@ -48,11 +42,12 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from pcnlab.workloads.ltp.acks import Ack, AckPacer
 from pcnlab.workloads.ltp.earlyclose import COMPLETE, EarlyClose
+from pcnlab.workloads.ltp.slot import Closed, Slot
 from pcnlab.workloads.ltp.wire import (FLAG_CLOSED, FLAG_PULL, MAX_DATAGRAM, NO_ECHO, REASONS, Layout, Rejected,
                                        bitmap_of, pack_ack, parse_data)
 
@@ -63,79 +58,6 @@ PULL_RTTS = 2.0        # a worker whose LAST is in, silent this many smoothed RT
 MIN_PULL_S = 0.005
 RECEIVE_BUFFER = 8 << 20
 DRAIN_S = 0.1          # on stop: datagrams still arriving are read (and counted) this long
-ACK_EVERY = 2          # a worker's new chunks are acknowledged every this many (one bitmap says it all) ...
-ACK_DELAY_S = 0.001    # ... or this long after the first unacknowledged one; LAST, pulls, duplicates at once
-
-
-@dataclass
-class Closed:
-    """One closed iteration, as the main thread gets it (valid until release)."""
-
-    iter: int
-    reason: str                    # complete | threshold | deadline
-    grad: np.ndarray               # float32 (workers, elements): what arrived (anything elsewhere)
-    mask: np.ndarray               # bool (workers, chunks): the chunks that arrived
-    stats: dict = field(default_factory=dict)
-
-
-class _Slot:
-    """One open iteration's buffers and bookkeeping."""
-
-    def __init__(self, workers: int, layout: Layout):
-        self.grad = np.zeros((workers, layout.total), dtype=np.float32)
-        self.mask = np.zeros((workers, layout.chunks), dtype=bool)
-        self.elements = np.zeros(workers, dtype=np.int64)
-        self.layout = layout
-        self.reset(-1)
-
-    def reset(self, it: int) -> None:
-        self.iter = it
-        self.mask[:] = False
-        self.elements[:] = 0
-        self.first_ns: int | None = None
-        self.theta_ns: int | None = None
-        self.theta = 1.0
-        self.grace_s: float | None = None
-        self.reason: str | None = None
-        self.close_ns: int | None = None
-        self.datagrams = 0
-        self.duplicates = 0
-        self.srtt_s = 0.0
-        self.deadline_s: float | None = None
-        self.pulls = 0
-        n = len(self.elements)
-        self.done = np.zeros(n, dtype=bool)          # the worker's LAST datagram is in
-        self.heard_ns = np.zeros(n, dtype=np.int64)  # its latest datagram (or the PS's latest pull)
-        self.row_srtt = np.zeros(n)
-        self.last_arrival_ns: int | None = None      # the kernel's arrival time of the latest new chunk
-        self.gaps_ns: list[int] = []                 # between consecutive new chunks
-        self.sizes: list[int] = []                   # their gradient bytes
-        self.seq_min = np.full(n, -1, dtype=np.int64)
-        self.seq_max = np.full(n, -1, dtype=np.int64)
-        self.seq_count = np.zeros(n, dtype=np.int64)
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.mask.all())
-
-    def arrived(self, kernel_ns: int, nbytes: int) -> None:
-        """A new chunk of `nbytes` arrived at `kernel_ns` (the kernel's clock)."""
-        if self.last_arrival_ns is not None:
-            self.gaps_ns.append(kernel_ns - self.last_arrival_ns)
-            self.sizes.append(nbytes)
-        self.last_arrival_ns = kernel_ns
-
-    @property
-    def port_rate(self) -> float | None:
-        """The rate the port delivered this iteration's gradient bytes at (bytes/s; None: not measured)."""
-        gap = float(np.median(self.gaps_ns)) if self.gaps_ns else 0.0
-        return float(np.median(self.sizes)) / (gap / 1e9) if gap > 0 else None
-
-    def loss_rate(self) -> float:
-        """Transmissions missing among each worker's consecutive sequence numbers of this iteration."""
-        seen = self.seq_max >= 0
-        span = int((self.seq_max[seen] - self.seq_min[seen] + 1).sum())
-        return (span - int(self.seq_count[seen].sum())) / span if span else 0.0
 
 
 class LtpServer:
@@ -158,7 +80,7 @@ class LtpServer:
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.bind(bind)
         self.sock.setblocking(False)
-        self.slots = [_Slot(len(self.ranks), layout) for _ in range(2)]
+        self.slots = [Slot(len(self.ranks), layout) for _ in range(2)]
         self.slots[0].reset(0)
         self.slots[1].reset(1)
         self.base = 0
@@ -168,7 +90,7 @@ class LtpServer:
         self.rcvbuf_drops = 0
         self.silent = {r: 0 for r in self.ranks}      # iterations closed in a row without a word from it
         self.heard: set[int] = set()
-        self._unacked: dict[int, tuple[tuple[str, int], int, int, int, int]] = {}  # rank: dst, it, seq, count, since
+        self.acks = AckPacer()
         self.error: BaseException | None = None
         self.cond = threading.Condition()
         self._stop = threading.Event()
@@ -227,7 +149,8 @@ class LtpServer:
                     self._drain()
                 with self.cond:
                     now_ns = time.monotonic_ns()
-                    self._flush_acks(now_ns - int(ACK_DELAY_S * 1e9))
+                    for ack in self.acks.due(now_ns):
+                        self._acknowledge(ack, 0)
                     self._check_close(now_ns)
         except BaseException as exc:  # noqa: BLE001 -- handed to the main thread, which fails the rank
             with self.cond:
@@ -238,31 +161,31 @@ class LtpServer:
         times = [t for s in self.slots if s.reason is None
                  for t in [self.policy.next_check(*self._times(s), s.deadline_s), self._next_pull(s)]
                  if t is not None]
-        times += [since / 1e9 + ACK_DELAY_S for *_, since in self._unacked.values()]
+        times += [t for t in [self.acks.next_s()] if t is not None]
         return min(times) if times else None
 
     @staticmethod
-    def _times(slot: _Slot) -> tuple[float | None, float | None, float | None]:
+    def _times(slot: Slot) -> tuple[float | None, float | None, float | None]:
         first = slot.first_ns / 1e9 if slot.first_ns is not None else None
         theta = slot.theta_ns / 1e9 if slot.theta_ns is not None else None
         return first, theta, slot.grace_s
 
     @staticmethod
-    def _waiting(slot: _Slot) -> np.ndarray:
+    def _waiting(slot: Slot) -> np.ndarray:
         """The rows that have sent part of their gradient and not all of it: what a pull is for."""
         return (slot.heard_ns > 0) & ~slot.mask.all(axis=1)
 
     @staticmethod
-    def _pull_due_ns(slot: _Slot, row: int) -> float:
+    def _pull_due_ns(slot: Slot, row: int) -> float:
         """When a silent worker is pulled: PULL_RTTS of its smoothed RTT (at least MIN_PULL_S) after its
         latest datagram or pull."""
         return slot.heard_ns[row] + 1e9 * max(MIN_PULL_S, PULL_RTTS * slot.row_srtt[row])
 
-    def _next_pull(self, slot: _Slot) -> float | None:
+    def _next_pull(self, slot: Slot) -> float | None:
         rows = np.flatnonzero(self._waiting(slot))
         return min(self._pull_due_ns(slot, r) for r in rows) / 1e9 if len(rows) else None
 
-    def _pull_silent(self, slot: _Slot, now_ns: int) -> None:
+    def _pull_silent(self, slot: Slot, now_ns: int) -> None:
         """Pull (NO_ECHO) from each worker whose gradient is partly in and whose pull is due."""
         for row in np.flatnonzero(self._waiting(slot)):
             rank = self.ranks[row]
@@ -346,28 +269,15 @@ class LtpServer:
             slot.arrived(kernel_ns, 4 * data.payload.size)
         pull = bool(slot.done[row]) and not slot.mask[row].all()
         slot.pulls += pull
-        count, since = 0, now_ns
-        if data.rank in self._unacked:
-            if self._unacked[data.rank][1] == data.iter:
-                *_, count, since = self._unacked.pop(data.rank)
-            else:
-                self._flush_acks(now_ns, [data.rank])     # the other iteration's, first
-        if pull or data.last or duplicate or count + 1 >= ACK_EVERY:
-            self._send_ack(src, data.rank, FLAG_PULL if pull else 0, data.iter, data.seq, slot.mask[row])
-        else:
-            self._unacked[data.rank] = (src, data.iter, data.seq, count + 1, since)
+        for ack in self.acks.placed(Ack(src, data.rank, data.iter, data.seq), now_ns, pull or data.last or duplicate):
+            self._acknowledge(ack, FLAG_PULL if pull and ack.seq == data.seq else 0)
         self._check_close(now_ns)
 
-    def _flush_acks(self, before_ns: int, ranks=None) -> None:
-        """Acknowledge each worker (of `ranks`, default all) whose oldest unacknowledged chunk came at or
-        before `before_ns`, with its iteration's bitmap as it is now."""
-        for rank in list(self._unacked if ranks is None else ranks):
-            dst, it, seq, _, since = self._unacked[rank]
-            if since <= before_ns:
-                del self._unacked[rank]
-                slot = self.slots[it % 2]
-                if slot.iter == it:
-                    self._send_ack(dst, rank, 0, it, seq, slot.mask[self.row[rank]])
+    def _acknowledge(self, ack: Ack, flags: int) -> None:
+        """Send `ack` with its iteration's bitmap as it is now (none if that slot took another iteration)."""
+        slot = self.slots[ack.it % 2]
+        if slot.iter == ack.it:
+            self._send_ack(ack.dst, ack.rank, flags, ack.it, ack.seq, slot.mask[self.row[ack.rank]])
 
     def _send_ack(self, dst: tuple[str, int], rank: int, flags: int, it: int, echo: int, mask: np.ndarray) -> None:
         try:
@@ -394,7 +304,7 @@ class LtpServer:
             else:
                 self._pull_silent(slot, now_ns)
 
-    def _close(self, slot: _Slot, reason: str, now_ns: int) -> None:
+    def _close(self, slot: Slot, reason: str, now_ns: int) -> None:
         slot.reason, slot.close_ns = reason, now_ns
         self.policy.learn(slot.loss_rate(), slot.port_rate)
         for rank in self.ranks:
@@ -408,7 +318,7 @@ class LtpServer:
         self.heard.clear()
         self.cond.notify_all()
 
-    def _stats(self, slot: _Slot) -> dict:
+    def _stats(self, slot: Slot) -> dict:
         total = 4 * self.layout.total
         received = 4 * slot.elements
         early = slot.reason != COMPLETE
