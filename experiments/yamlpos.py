@@ -177,6 +177,8 @@ def load_tree(path: Path | str) -> Raw | None:
     except UnicodeDecodeError:
         raise UsageError(f"{source}: not a text file; give an experiment YAML file") from None
     try:
+        if _deeper_than(text, MAX_DEPTH):
+            raise RecursionError
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -195,6 +197,20 @@ def load_tree(path: Path | str) -> Raw | None:
         raise _fail(Where(source, None), f"invalid YAML: nested more than {MAX_DEPTH} levels deep; an "
                                          "experiment needs 4") from None
     return None if node is None else from_node(node, source)
+
+
+def _deeper_than(text: str, depth: int) -> bool:
+    """Does the document nest more than `depth` collections? Read from PyYAML's event stream, which stops
+    there: composing a 5,000-deep file ran into Python's recursion limit only after 0.86 s (0.14 s here)."""
+    level = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            level += 1
+            if level > depth:
+                return True
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            level -= 1
+    return False
 
 
 def parse_scalar(text: str, where: Where) -> Raw:
