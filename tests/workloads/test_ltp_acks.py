@@ -48,7 +48,7 @@ def test_a_lone_datagram_is_acknowledged_after_the_delay_per_worker():
 
 def test_the_ps_acknowledges_every_second_chunk_and_a_lone_one_after_a_millisecond():
     """Four chunks back to back: two acknowledgements, each echoing the second of its pair with the
-    bitmap of both; a fifth alone is acknowledged on the PS's timer; LAST at once (receiver.ACK_EVERY,
+    bitmap of both; a fifth alone is acknowledged on the PS's timer; LAST at once (acks.ACK_EVERY,
     ACK_DELAY_S). Each acknowledgement is a packet the switch forwards: LTP's sent one per datagram."""
     from pcnlab.workloads.ltp.wire import FLAG_LAST, mask_of
 

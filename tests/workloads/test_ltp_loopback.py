@@ -382,4 +382,3 @@ def test_a_send_is_released_when_the_caller_learns_the_other_end_has_it_all():
         thread.join(2)
         assert not thread.is_alive() and out["r"].outcome == "released"
         assert time.monotonic() - released_at < 0.1 and out["r"].timeouts == 0
-
