@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import finsy as fy
 
-from pcnlab.controller.dataplane import BURST_DIGEST, BurstStart, DataPlaneConfig, PortMode, window_entry
+from pcnlab.controller.dataplane import BURST_DIGEST, BurstStart, DataPlaneConfig, PortMode, loss_entry, window_entry
 from pcnlab.controller.forwarding import route_entries
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.endpoints import PortQueue, SwitchEndpoint
@@ -71,6 +71,8 @@ class PcnController:
         self.dataplane = dict(dataplane or {})
         # The modes in force now (they change at run time and must survive a switch restart).
         self.modes = {name: dict(cfg.modes) for name, cfg in self.dataplane.items()}
+        # Random loss set at run time, by switch and port (kept for a restart like the modes).
+        self.losses: dict[str, dict[int, float]] = {name: {} for name in self.endpoints}
         self.on_burst = list(on_burst)
         # Coroutines run once the sessions are opening, and before they close (e.g. the scheduler's).
         self.on_start: list[Callable[[], Awaitable[None]]] = []
@@ -104,6 +106,7 @@ class PcnController:
                 await switch.insert(config.static_entries())
                 await switch.insert([config.mode_entry(port, mode)
                                      for port, mode in sorted(self.modes[switch.name].items())])
+            await switch.insert([loss_entry(port, fraction) for port, fraction in sorted(self.losses[switch.name].items())])
             await asyncio.to_thread(apply_queues, endpoint)
             for hook in self.on_ready:
                 await hook(switch, endpoint)
@@ -157,6 +160,18 @@ class PcnController:
                                                                                    key=lambda q: q.port)))
         started = time.monotonic()
         await asyncio.to_thread(apply_queues, dataclasses.replace(endpoint, queues=(PortQueue(port, rate_pps),)))
+        return time.monotonic() - started
+
+    async def set_loss(self, switch: str, port: int, fraction: float) -> float:
+        """Lose `fraction` of the DDL data packets towards `port` at random from now on (kept for a
+        restart); returns the write's latency in seconds."""
+        entry = loss_entry(port, fraction)
+        started = time.monotonic()
+        if port in self.losses[switch]:
+            await self.switches[switch].modify([entry])
+        else:
+            await self.switches[switch].insert([entry])
+        self.losses[switch][port] = fraction
         return time.monotonic() - started
 
     async def set_learned_gap(self, switch: str, job: int, gap_us: int) -> int:

@@ -1,6 +1,6 @@
 """The data plane's run-time configuration (p4src/pcn.p4), as typed objects and the P4Runtime entries
 that carry them, all by P4Info names: switch config, traffic classes, port modes, pre-drain windows,
-the pcn-host code point, the telemetry clone session and the burst digest."""
+random loss towards a port, the pcn-host code point, the telemetry clone session and the burst digest."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ BURST_DIGEST = "burst_digest_t"
 BURST_START, BURST_END = FACTS["BURST_START"], FACTS["BURST_END"]   # the digest's kinds
 CLASS_BACKGROUND, CLASS_DDL = FACTS["CLASS_BACKGROUND"], FACTS["CLASS_DDL"]
 CLASS_NAMES = {value: name.lower() for name, value in FACTS.prefixed("CLASS_").items()}
+LOSS_SCALE = FACTS["LOSS_SCALE"]   # p4src/loss.p4's unit: packets lost per LOSS_SCALE
 
 
 def k_pre_fits(mode: str, k: int, k_pre: int) -> bool:
@@ -179,6 +180,14 @@ def window_entry(port: int, start_us: int, end_us: int) -> fy.P4TableEntry:
                            match=fy.P4TableMatch(port=port, now_us=f"{start_us}...{end_us - 1}"))
 
 
+def loss_entry(port: int, fraction: float) -> fy.P4TableEntry:
+    """DDL data packets towards `port` are lost at random, `fraction` of them (0 to 1; p4src/loss.p4)."""
+    if not 0 <= fraction <= 1:
+        raise UsageError(f"a loss rate is a fraction between 0 and 1, not {fraction}")
+    return fy.P4TableEntry("gradient_loss", match=fy.P4TableMatch(port=port),
+                           action=fy.P4TableAction("lose", rate_per_million=round(fraction * LOSS_SCALE)))
+
+
 @dataclass(frozen=True)
 class BurstStart:
     """A burst digest: DDL job `job` began a burst towards `port` at `ts_us` (switch clock), or (`ended`)
@@ -207,13 +216,15 @@ PORT_COUNTERS = {
     "tx": "tx_port_class",                 # left the switch, by egress port
     "marked": "marked_port_class",
     "dropped": "dropped_port_class",       # dropped by the program (PCN early drop)
+    "lost": "lost_port_class",             # lost at random before the queue (schedule's loss), by egress port
 }
 
 
 async def read_port_counters(switch: fy.Switch) -> dict[tuple[int, str, str], tuple[int, int]]:
     """(port, class name, counter) -> (packets, bytes), for every non-zero slot.
 
-    Drops at a full queue never reach egress: to_queue - tx - dropped - (still queued) counts them.
+    Drops at a full queue never reach egress: to_queue - tx - dropped - (still queued) counts them (a
+    packet lost at random is counted only as lost: it never reached the queue).
     """
     out: dict[tuple[int, str, str], tuple[int, int]] = {}
     for label, counter in PORT_COUNTERS.items():

@@ -4,19 +4,22 @@ time after the jobs started) applied while the run is up.
     schedule:
       - {at_s: 20, link: s1-h1, bw: 2}          # s1's egress port towards h1 drains at 2 Mbit/s from then on
       - {at_s: 40, link: s1-h1, bw: 20}
+      - {at_s: 0, link: s1-h1, loss: 0.01}      # 1 % of the DDL data packets towards h1 lost at random
       - {at_s: 10, start: bulk}                  # background flow(s) named bulk start ...
       - {at_s: 30, stop: bulk}                   # ... and stop
 
 A rate change goes through the controller the runner already drives (PcnController.set_queue_rate:
 BMv2's thrift runtime, as every queue setting; kept as the port's rate, so a switch that restarts gets
-it back), so it needs BMv2 switches. A flow named in a `start` waits for it (the runner does not
+it back), so it needs BMv2 switches; so does a loss (PcnController.set_loss: a P4Runtime entry of
+p4src/loss.p4, which loses DDL data packets towards the port before they queue and counts them). A flow named in a `start` waits for it (the runner does not
 start it with the others); one named only in a `stop` starts with the others and ends there. Each
 flow runs in its own group of processes (workloads.Workloads.start_flows), its logs with the others
 under flows/.
 
-Every change applied is an event in events.jsonl: {"type": "schedule", "action": "rate" | "start" |
-"stop", "at_s" (as planned), "applied_s" (when it took effect, seconds after the jobs started), and
-for a rate "switch", "port", "peer", "mbps", "rate_pps", "call_ms"; for a flow "flow"}. The rate a
+Every change applied is an event in events.jsonl: {"type": "schedule", "action": "rate" | "loss" |
+"start" | "stop", "at_s" (as planned), "applied_s" (when it took effect, seconds after the jobs
+started), and for a rate "switch", "port", "peer", "mbps", "rate_pps", "call_ms"; for a loss "switch",
+"port", "peer", "loss", "call_ms"; for a flow "flow"}. The rate a
 port had at any moment is read back from those events by the reading side (analysis/results.py,
 `rate_timeline`) for the fidelity check.
 """
@@ -39,16 +42,19 @@ class Change:
     bw: float | None = None                 # Mbit/s
     start: tuple[str, ...] = ()
     stop: tuple[str, ...] = ()
+    loss: float | None = None               # share of DDL data packets towards the port lost at random
 
     @classmethod
     def from_dict(cls, data: dict) -> "Change":
         link = tuple(data["link"].split("-", 1)) if data.get("link") else None
-        return cls(float(data["at_s"]), link, data.get("bw"), tuple(data.get("start", ())), tuple(data.get("stop", ())))
+        return cls(float(data["at_s"]), link, data.get("bw"), tuple(data.get("start", ())), tuple(data.get("stop", ())),
+                   data.get("loss"))
 
     def to_dict(self) -> dict:
         out: dict = {"at_s": self.at_s}
         if self.link:
-            out.update(link="-".join(self.link), bw=self.bw)
+            out["link"] = "-".join(self.link)
+            out.update({k: getattr(self, k) for k in ("bw", "loss") if getattr(self, k) is not None})
         if self.start:
             out["start"] = list(self.start)
         if self.stop:
@@ -64,26 +70,30 @@ def problems(changes: Iterable[Change], duration_s: float, bmv2: bool, links: se
     started: dict[str, float] = {}
     stopped: dict[str, float] = {}
     for i, c in enumerate(changes):
-        if not c.link and c.bw is None and not c.start and not c.stop:
-            out.append((i, "", "a change needs link and bw, start or stop"))
+        if not c.link and c.bw is None and c.loss is None and not c.start and not c.stop:
+            out.append((i, "", "a change needs link and bw or loss, start or stop"))
         if c.at_s >= duration_s:
             out.append((i, "at_s", f"{c.at_s:g} s is not before the run ends (duration_s {duration_s:g} s after "
                                    f"the jobs start); change it earlier or run longer"))
         if c.link:
             sw, peer = c.link
-            if c.bw is None:
-                out.append((i, "bw", "a link change needs bw (Mbit/s), the rate the port drains at from then on"))
+            if c.bw is None and c.loss is None:
+                out.append((i, "bw", "a link change needs bw (Mbit/s), the rate the port drains at from then on, "
+                                      "or loss, the share of DDL data packets it loses"))
             if not bmv2:
-                out.append((i, "link", "changing a link's rate during a run needs BMv2 switches (switch: bmv2): "
-                                       "the rate is the switch's queue rate"))
+                what = " and ".join(k for k, v in (("rate", c.bw), ("loss", c.loss)) if v is not None) or "rate"
+                out.append((i, "link", f"changing a link's {what} during a run needs BMv2 switches (switch: "
+                                       f"bmv2): the rate is the switch's queue rate, the loss its P4 program's"))
             if sw not in switches:
                 out.append((i, "link", f"{sw!r} is not a switch of this topology ({', '.join(sorted(switches))}); "
                                        f"write link: <switch>-<peer>"))
             elif frozenset((sw, peer)) not in links:
                 out.append((i, "link", f"{sw} has no link to {peer!r}; write link: <switch>-<peer> for a pair "
                                        f"the topology links"))
-        elif c.bw is not None:
-            out.append((i, "bw", "bw needs link: <switch>-<peer>, the port whose rate changes"))
+        else:
+            for key in ("bw", "loss"):
+                if getattr(c, key) is not None:
+                    out.append((i, key, f"{key} needs link: <switch>-<peer>, the port it changes"))
         for what, names, seen in (("start", c.start, started), ("stop", c.stop, stopped)):
             for name in names:
                 if name not in flows:
@@ -149,8 +159,10 @@ class ScheduleRunner:
         done = []
         while self.t0 is not None and self.pending and self.pending[0].at_s <= self.elapsed():
             change = self.pending.pop(0)
-            if change.link:
+            if change.link and change.bw is not None:
                 done.append(self._rate(change))
+            if change.link and change.loss is not None:
+                done.append(self._loss(change))
             for name in change.stop:
                 done.append(self._stop(name, change.at_s))
             for name in change.start:
@@ -169,6 +181,14 @@ class ScheduleRunner:
         self._log(action="rate", at_s=change.at_s, switch=switch, port=port, peer=peer, mbps=change.bw,
                   rate_pps=pps, call_ms=round(call_s * 1e3, 3))
         return f"{switch}-{peer} at {change.bw:g} Mbit/s"
+
+    def _loss(self, change: Change) -> str:
+        switch, peer = change.link
+        port = self.ports[(switch, peer)]
+        call_s = self.controller.call(self.controller.controller.set_loss(switch, port, change.loss), 10)
+        self._log(action="loss", at_s=change.at_s, switch=switch, port=port, peer=peer, loss=change.loss,
+                  call_ms=round(call_s * 1e3, 3))
+        return f"{switch}-{peer} losing {change.loss:.2%} of DDL data packets"
 
     def _start(self, name: str, at_s: float | None) -> str:
         from pcnlab.workloads import FlowSpec

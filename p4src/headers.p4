@@ -148,6 +148,7 @@ struct metadata_t {
     bit<1>  burst_start;
     bit<1>  announcement;      /* a PCN-START (pcn-host) */
     bit<16> announcements_ahead; /* pcn-host: announcements in the egress queue when this packet joined it */
+    bit<1>  lost;              /* lost at random before its queue (loss.p4) */
     /* Egress mode. */
     bit<1>  marking;           /* 0: drop-tail */
     qdepth_t k;

@@ -1,11 +1,13 @@
-/* Ingress: forwarding, traffic classes, burst-start detection from data packets and digests, pcn-host
- * announcements, and the per-port/class counter of packets handed to each egress queue. Kept to what
- * every packet needs: each table and primitive costs BMv2 per packet (bench/bench_dataplane.py). */
+/* Ingress: forwarding, traffic classes, random loss of DDL data packets (loss.p4), burst-start detection
+ * from data packets and digests, pcn-host announcements, and the per-port/class counter of packets
+ * handed to each egress queue. Kept to what every packet needs: each table and primitive costs BMv2 per
+ * packet (bench/bench_dataplane.py). */
 #ifndef PCN_INGRESS_P4
 #define PCN_INGRESS_P4
 
 #include "forwarding.p4"
 #include "payload.p4"
+#include "loss.p4"
 
 control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     /* Last DDL data packet seen per (egress port, job), for burst-start detection. */
@@ -17,6 +19,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     Forwarding() forwarding;
     PayloadLength() payload;
+    GradientLoss() loss;
 
     /* A DDL job's packet, with how its bursts are told apart: G and the smallest payload that counts. */
     action set_ddl(bit<8> job, bit<32> burst_gap_us, bit<16> burst_min_payload) {
@@ -83,6 +86,15 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         if (!ddl_pairs.apply().hit) {
             traffic_class.apply();
         }
+        if (meta.traffic_class == CLASS_DDL) {
+            payload.apply(hdr, meta.payload_length);
+            if (meta.payload_length >= meta.burst_min_payload) {
+                loss.apply(meta, std);   /* a data packet may be lost at random before its queue */
+                if (meta.lost == 1) {
+                    return;
+                }
+            }
+        }
         to_queue_port_class.count((bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class);
         queued_announcements.read(meta.announcements_ahead, (bit<32>)std.egress_spec);
 
@@ -96,7 +108,6 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         bit<32> queue;
 
         if (meta.traffic_class == CLASS_DDL) {
-            payload.apply(hdr, meta.payload_length);
             bit<32> port = (bit<32>)std.egress_spec;
             bit<32> idx = port * MAX_JOBS + (bit<32>)meta.job;
             time_us_t now = std.ingress_global_timestamp;

@@ -53,7 +53,8 @@ def schedule(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig,
                     raise error(present[what].where, f"{path}.{what}",
                                 f"no background flow is named {values[what]!r} (flows: "
                                 f"{', '.join(f.name for f in background) or 'none'})")
-        changes.append(Change(values["at_s"], link, values["bw"], flows.get("start", ()), flows.get("stop", ())))
+        changes.append(Change(values["at_s"], link, values["bw"], flows.get("start", ()), flows.get("stop", ()),
+                              values["loss"]))
         wheres.append((item.where, present))
     built = topology.build(monitors=False) if any(c.link for c in changes) else None
     links = {frozenset(pair) for pair in built.links()} if built else set()

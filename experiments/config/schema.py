@@ -343,11 +343,15 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     "schedule": (
         Key("at_s", "number", REQUIRED, "when, in seconds after the jobs start (before duration_s)", unit="s", min=0,
             max=MAX_DURATION_S),
-        Key("link", "text", None, "the port whose rate changes: `<switch>-<peer>`, the switch's egress port "
-            "towards that host or switch (e.g. s1-h1); needs bw and BMv2 switches", nullable=True,
+        Key("link", "text", None, "the port that changes: `<switch>-<peer>`, the switch's egress port "
+            "towards that host or switch (e.g. s1-h1); needs bw or loss, and BMv2 switches", nullable=True,
             default_doc="none"),
         Key("bw", "number", None, "the port's rate from then on (the switch's queue rate, changed live)",
             unit="Mbit/s", min=MIN_LINK_MBPS, nullable=True, default_doc="none"),
+        Key("loss", "number", None, "the share of DDL data packets (payload at least the job's "
+            "burst_min_payload) towards the port lost at random from then on, before they queue (0: none; "
+            "counted: metrics.json `random_loss`)", min=0, max=1, nullable=True,
+            default_doc="none"),
         Key("start", "name", None, "a background flow (its name; a name that became name-1, name-2, ... starts "
             "them all) that starts now instead of with the others", nullable=True, default_doc="none"),
         Key("stop", "name", None, "a background flow (as for start) that stops now", nullable=True,

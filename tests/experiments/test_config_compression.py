@@ -75,6 +75,16 @@ def test_schedule_resolves_links_and_flow_names(tmp_path):
     assert run.to_dict()["schedule"][0] == {"at_s": 5.0, "link": "s1-h1", "bw": 2.0}
 
 
+def test_a_loss_change_round_trips_and_can_be_swept(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(FILE.format(job="", schedule="  - {at_s: 0, link: s1-h1, loss: 0.01}", kind="ps", switch="bmv2")
+                    + "sweep:\n  schedule.0.loss: [0, 0.02]\n")
+    runs = load_experiment(path).runs()
+    assert [r.schedule for r in runs] == [(Change(0.0, ("s1", "h1"), loss=0.0),), (Change(0.0, ("s1", "h1"), loss=0.02),)]
+    assert runs[1].to_dict()["schedule"] == [{"at_s": 0.0, "link": "s1-h1", "loss": 0.02}]
+    assert all(RunConfig.from_dict(r.to_dict()) == r for r in runs)
+
+
 def test_schedule_entries_can_be_swept(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text(FILE.format(job="", schedule=SCHEDULE, kind="ps", switch="bmv2")
@@ -115,6 +125,11 @@ def test_schedule_entries_can_be_swept(tmp_path):
      "flow 'bulk' stops at 6 s, not after it starts at 9 s"),
     ("", "  - {link: s1-h1, bw: 2}", "ps", "bmv2", "schedule.0: missing key 'at_s'"),
     ("", "  - {at_s: 5, rate: 2}", "ps", "bmv2", "schedule.0.rate: unknown key"),
+    ("", "  - {at_s: 5, link: s1-h1, loss: 1.5}", "ps", "bmv2", "schedule.0.loss: must be at most 1, got 1.5"),
+    ("", "  - {at_s: 5, link: s1-h1, loss: -0.1}", "ps", "bmv2", "schedule.0.loss: must be at least 0"),
+    ("", "  - {at_s: 5, loss: 0.01}", "ps", "bmv2", "schedule.0.loss: loss needs link"),
+    ("", "  - {at_s: 5, link: s1-h1, loss: 0.01}", "ps", "bridge", "schedule.0.link: changing a link's loss "
+                                                                 "during a run needs BMv2 switches"),
     ("", "  - 5", "ps", "bmv2", "schedule.0: expected a mapping"),
 ])
 def test_bad_settings_are_one_line_errors(tmp_path, job, schedule, kind, switch, fragment):

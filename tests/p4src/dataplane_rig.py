@@ -61,6 +61,9 @@ class DataPlaneRig:
     def set_mode(self, mode: PortMode) -> None:
         self.thread.call(self.controller.set_mode("s1", self.port, mode), 10)
 
+    def set_loss(self, fraction: float) -> None:
+        self.thread.call(self.controller.set_loss("s1", self.port, fraction), 10)
+
     def arm_window(self, start_us: int, end_us: int) -> None:
         self.thread.call(self.controller.arm_window("s1", self.port, start_us, end_us), 10)
 
