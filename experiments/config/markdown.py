@@ -156,6 +156,8 @@ def reference_markdown() -> str:
             ("schedule", "`schedule:` is a list of changes while the run is up, each at `at_s` seconds after the "
                          "jobs start: `{at_s: 20, link: s1-h1, bw: 2}` sets s1's queue towards h1 to 2 Mbit/s "
                          "(BMv2's queue rate, changed live through the controller; needs `switch: bmv2`), "
+                         "`{at_s: 0, link: s1-h1, loss: 0.01}` loses 1 % of the DDL data packets towards h1 at "
+                         "random (p4src/loss.p4; needs `switch: bmv2`), "
                          "`{at_s: 10, start: bulk}` / `{at_s: 30, stop: bulk}` start and stop a background flow "
                          "(a flow named in a start waits for it; each flow starts and stops at most once). Each "
                          "change applied is a `schedule` event in events.jsonl."),

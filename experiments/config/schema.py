@@ -161,7 +161,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "overrides it", nullable=True, default_doc="none"),
         Key("reference", "choice", None, "published figures `pcnlab report` shows beside ours, in their own "
             "column (analysis/reference.py)", choices=tuple(REFERENCES), nullable=True, default_doc="none"),
-        Key("schedule", "list", [], "changes during a run, each a mapping (below): a link's rate, background "
+        Key("schedule", "list", [], "changes during a run, each a mapping (below): a link's rate or loss, background "
             "flows starting and stopping", default_doc="[] (none)"),
         Key("sweep", "sweep", {}, "dotted key -> list of values; the cartesian product becomes runs, named "
             "from their values (`mode=pcn,workers=2`); keys joined by + take one value each from a list per point"),
