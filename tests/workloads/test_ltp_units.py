@@ -169,6 +169,29 @@ def test_early_close_threshold_follows_the_measured_loss():
     assert ec.theta > 0.999
 
 
+def test_theta_is_held_against_the_whole_gradient_and_theta_min_against_each_worker():
+    import numpy as np
+
+    ec = EarlyClose(deadline_s=0.5, theta_min=0.8)
+    for _ in range(20):
+        ec.learn(0.06)                   # the estimate near 6 %: theta near 0.88
+    assert 0.87 < ec.theta < 0.89
+    # 16 workers of 7 chunks, 2 of them a chunk short: 110 of 112 (98 %), each worker 6/7 >= 0.8.
+    chunks = np.full(16, 7)
+    chunks[[3, 9]] = 6
+    assert ec.past_theta(chunks, 7)
+    # Against each worker's share this waited for both retransmissions (6/7 = 0.857 < theta).
+    assert not (chunks >= ec.theta * 7).all()
+    # A worker below theta_min holds the iteration however much the others delivered.
+    chunks[5] = 5                        # 5/7 = 0.71
+    assert not ec.past_theta(chunks, 7)
+    # The iteration as a whole short of theta: 14 of 16 workers a chunk short (98 of 112, 0.875).
+    assert not ec.past_theta(np.array([6] * 14 + [7] * 2), 7)
+    # Lossless, theta 1: every chunk of every worker.
+    assert EarlyClose(deadline_s=0.5).past_theta(np.full(4, 27), 27)
+    assert not EarlyClose(deadline_s=0.5).past_theta(np.array([27, 27, 26, 27]), 27)
+
+
 def test_early_close_decisions():
     ec = EarlyClose(deadline_s=0.5)
     assert ec.decide(True, 1.0, None, None, 1.0) == COMPLETE

@@ -3,8 +3,9 @@
 The PS closes an iteration (and every worker stops sending it) at the first of:
 
 - complete: every chunk of every worker has arrived (Early Close did not fire);
-- threshold: every worker has delivered at least the loss-tolerant threshold theta of its gradient,
-  and either every worker's LAST datagram is in (each has sent every chunk once, so what is missing
+- threshold: the workers together have delivered at least the loss-tolerant threshold theta of the
+  iteration's gradient, and each at least theta_min of its own (`past_theta`), and either every
+  worker's LAST datagram is in (each has sent every chunk once, so what is missing
   is lost and would cost a pull and a round trip: wire.py, receiver.py), or the rest has not arrived
   within a grace period after that moment: grace = SLACK x (the rest's
   bytes at the rate this iteration has arrived so far) + 2 x the largest smoothed RTT the workers
@@ -27,7 +28,12 @@ numbers, so the gaps in what arrived are what was lost): theta = 1 - GAIN x loss
 exponentially weighted average over iterations, held within [theta_min, 1]. On a link that loses
 nothing theta stays 1: the PS waits for every byte (until the deadline), and the model's updates are
 exactly TCP's. The more the network loses, the lower theta goes and the sooner the tail is given up,
-but never below theta_min of any worker's gradient before the deadline (the accuracy guard). Delay
+but never below theta_min of any worker's gradient before the deadline (the accuracy guard). Theta is
+held against the iteration's whole gradient, as the loss it follows is the iteration's: against each
+worker's share, a gradient of a few chunks moves in steps a chunk wide (1/7 of a 10 KB one), so any
+loss at all made the PS wait for a retransmission until the estimate passed 7 % (measured: at 6 %
+random loss, 149 of 150 iterations of ltp-synchronised-generator closed complete, their gradients
+taking 52 ms at the PS (p50) against the 13.6 ms the bytes need; docs/results.md). Delay
 enters through the grace period: the RTT and the iteration's own arrival rate set how long the
 tail may take before it counts as a tail.
 """
@@ -35,6 +41,8 @@ tail may take before it counts as a tail.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from pcnlab.workloads.process_config import AUTO, LTP_DEADLINE_MS
 
@@ -71,6 +79,12 @@ class EarlyClose:
     @property
     def theta(self) -> float:
         return min(1.0, max(self.theta_min, 1.0 - GAIN * self.loss))
+
+    def past_theta(self, delivered: np.ndarray, each: int, theta: float | None = None) -> bool:
+        """Whether an iteration may close on the threshold: the workers' `delivered` amounts (one per
+        worker, each of `each`) come to at least theta of them all, and none is short of theta_min."""
+        theta = self.theta if theta is None else theta
+        return bool(delivered.sum() >= theta * each * len(delivered) and (delivered >= self.theta_min * each).all())
 
     def learn(self, loss_rate: float, port_rate: float | None = None) -> None:
         """After an iteration: the share of its transmissions that were lost, and the rate its gradient

@@ -291,8 +291,7 @@ class LtpServer:
                 continue
             if slot.theta_ns is None and slot.first_ns is not None:
                 slot.theta = self.policy.theta
-                need = slot.theta * self.layout.total
-                if (slot.elements >= need).all():
+                if self.policy.past_theta(slot.elements, self.layout.total, slot.theta):
                     slot.theta_ns = now_ns
                     slot.grace_s = self.policy.grace_s(4 * int(slot.elements.sum()), 4 * self.layout.total *
                                                        len(self.ranks), slot.first_ns / 1e9, now_ns / 1e9,
