@@ -71,8 +71,11 @@ class PcnController:
         self.dataplane = dict(dataplane or {})
         # The modes in force now (they change at run time and must survive a switch restart).
         self.modes = {name: dict(cfg.modes) for name, cfg in self.dataplane.items()}
-        # Random loss set at run time, by switch and port (kept for a restart like the modes).
+        # Random loss set at run time, by switch and port (kept for a restart like the modes), and a lock
+        # per switch that a (re)configuration and a loss change take: what the switch holds is then
+        # always what `losses` said before the change (insert, modify or delete is decided from it).
         self.losses: dict[str, dict[int, float]] = {name: {} for name in self.endpoints}
+        self._configuring = {name: asyncio.Lock() for name in self.endpoints}
         self.on_burst = list(on_burst)
         # Coroutines run once the sessions are opening, and before they close (e.g. the scheduler's).
         self.on_start: list[Callable[[], Awaitable[None]]] = []
@@ -95,6 +98,10 @@ class PcnController:
         }
 
     async def _ready(self, switch: fy.Switch) -> None:
+        async with self._configuring[switch.name]:
+            await self._configure(switch)
+
+    async def _configure(self, switch: fy.Switch) -> None:
         endpoint = self.endpoints[switch.name]
         started = time.monotonic()
         try:
@@ -164,15 +171,20 @@ class PcnController:
 
     async def set_loss(self, switch: str, port: int, fraction: float) -> float:
         """Lose `fraction` of the DDL data packets towards `port` at random from now on (kept for a
-        restart); returns the write's latency in seconds."""
+        restart; 0 removes the port's entry); returns the write's latency in seconds."""
         entry = loss_entry(port, fraction)
-        started = time.monotonic()
-        if port in self.losses[switch]:
-            await self.switches[switch].modify([entry])
-        else:
-            await self.switches[switch].insert([entry])
-        self.losses[switch][port] = fraction
-        return time.monotonic() - started
+        async with self._configuring[switch]:
+            started = time.monotonic()
+            had = port in self.losses[switch]
+            if fraction == 0:
+                self.losses[switch].pop(port, None)
+            else:
+                self.losses[switch][port] = fraction
+            if had:
+                await (self.switches[switch].delete([entry]) if fraction == 0 else self.switches[switch].modify([entry]))
+            elif fraction:
+                await self.switches[switch].insert([entry])
+            return time.monotonic() - started
 
     async def set_learned_gap(self, switch: str, job: int, gap_us: int) -> int:
         """Make `gap_us` the G of job's classes on the switch that have no G of their own (kept for a

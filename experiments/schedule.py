@@ -81,9 +81,10 @@ def problems(changes: Iterable[Change], duration_s: float, bmv2: bool, links: se
                 out.append((i, "bw", "a link change needs bw (Mbit/s), the rate the port drains at from then on, "
                                       "or loss, the share of DDL data packets it loses"))
             if not bmv2:
-                what = " and ".join(k for k, v in (("rate", c.bw), ("loss", c.loss)) if v is not None) or "rate"
-                out.append((i, "link", f"changing a link's {what} during a run needs BMv2 switches (switch: "
-                                       f"bmv2): the rate is the switch's queue rate, the loss its P4 program's"))
+                why = {"rate": "the rate is the switch's queue rate", "loss": "the loss is its P4 program's"}
+                what = [k for k, v in (("rate", c.bw), ("loss", c.loss)) if v is not None] or ["rate"]
+                out.append((i, "link", f"changing a link's {' and '.join(what)} during a run needs BMv2 switches "
+                                       f"(switch: bmv2): {', '.join(why[k] for k in what)}"))
             if sw not in switches:
                 out.append((i, "link", f"{sw!r} is not a switch of this topology ({', '.join(sorted(switches))}); "
                                        f"write link: <switch>-<peer>"))

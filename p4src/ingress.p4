@@ -88,7 +88,9 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         }
         if (meta.traffic_class == CLASS_DDL) {
             payload.apply(hdr, meta.payload_length);
-            if (meta.payload_length >= meta.burst_min_payload) {
+            if (pcn_start_codepoint.apply().hit) {
+                meta.announcement = 1;   /* a control message: never lost at random */
+            } else if (meta.payload_length >= meta.burst_min_payload) {
                 loss.apply(meta, std);   /* a data packet may be lost at random before its queue */
                 if (meta.lost == 1) {
                     return;
@@ -118,8 +120,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             announced.read(pending, idx);
             bit<16> jobs;
             announced_jobs.read(jobs, port);
-            if (pcn_start_codepoint.apply().hit) {
-                meta.announcement = 1;
+            if (meta.announcement == 1) {
                 announcement_in(port);
                 /* An announcement is not part of the burst it announces; one announcing a burst that
                  * is already under way (a late worker's) announces nothing. */

@@ -2,7 +2,9 @@
  * the LTP paper's lossy regime): 1 in a million per unit, a counter of what it lost. Applied in ingress
  * before the packet joins its egress queue, so a lost packet is neither queued nor counted as handed
  * to the queue (the full-queue drops, to_queue - tx - dropped, stay what they were). Only data packets
- * (payload at least the job's burst_min_payload) are lost: pure ACKs and control messages pass. */
+ * (payload at least the job's burst_min_payload, not a pcn-host announcement) are lost: pure ACKs,
+ * small control messages and announcements pass. A port without an entry (the controller deletes it
+ * at rate 0) costs one table miss per DDL data packet. */
 #ifndef PCN_LOSS_P4
 #define PCN_LOSS_P4
 

@@ -349,7 +349,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("bw", "number", None, "the port's rate from then on (the switch's queue rate, changed live)",
             unit="Mbit/s", min=MIN_LINK_MBPS, nullable=True, default_doc="none"),
         Key("loss", "number", None, "the share of DDL data packets (payload at least the job's "
-            "burst_min_payload) towards the port lost at random from then on, before they queue (0: none; "
+            "burst_min_payload; not pcn-host announcements) towards the port lost at random from then on, before they queue (0: none; "
             "counted: metrics.json `random_loss`)", min=0, max=1, nullable=True,
             default_doc="none"),
         Key("start", "name", None, "a background flow (its name; a name that became name-1, name-2, ... starts "

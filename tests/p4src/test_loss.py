@@ -57,9 +57,38 @@ def test_a_loss_rate_loses_that_share_of_ddl_data_packets_and_counts_them(rig):
     assert _delta(before, after, rig, "ddl", "tx") == (queued, queued_bytes)
 
 
-def test_a_loss_rate_set_back_to_zero_loses_nothing(rig):
+def _entries(rig) -> list:
+    import finsy as fy
+
+    async def read():
+        return [e async for e in rig.controller.switches["s1"].read(fy.P4TableEntry("gradient_loss"))]
+
+    return rig.thread.call(read(), 10)
+
+
+def test_announcements_are_never_lost(rig):
+    """A pcn-host announcement (the PCN-START code point) is a control message, whatever its size."""
+    from dataplane_rig import PCN_START_DSCP
+
     rig.set_loss(1.0)
+    try:
+        before = rig.counters()
+        rig.blast("h2", 20, dscp=PCN_START_DSCP)   # 972 bytes of payload each, over burst_min_payload
+        rig.blast("h2", 20)
+        rig.drain(40)
+        after = rig.counters()
+    finally:
+        rig.set_loss(0.0)
+    assert _delta(before, after, rig, "ddl", "lost")[0] == 20
+    assert _delta(before, after, rig, "ddl", "tx")[0] == 20
+
+
+def test_a_loss_rate_set_back_to_zero_loses_nothing_and_leaves_no_entry(rig):
+    rig.set_loss(1.0)
+    assert [(e.match["port"], e.action.args["rate_per_million"]) for e in _entries(rig)] == [(rig.port, 1_000_000)]
     rig.set_loss(0.0)
+    assert _entries(rig) == [] and rig.controller.losses["s1"] == {}
+    rig.set_loss(0.0)                      # nothing to remove: nothing written
     before = rig.counters()
     rig.blast("h2", 100)
     rig.drain(100)
@@ -84,25 +113,24 @@ def test_every_packet_is_lost_at_rate_1(rig):
 def test_a_loss_rate_outside_0_to_1_is_refused_before_the_switch(rig):
     from pcnlab.errors import UsageError
 
-    with pytest.raises(UsageError, match="between 0 and 1"):
-        rig.set_loss(1.5)
-    assert rig.controller.losses["s1"] == {rig.port: 0.0}
+    rig.set_loss(0.1)
+    try:
+        with pytest.raises(UsageError, match="between 0 and 1"):
+            rig.set_loss(1.5)
+        assert rig.controller.losses["s1"] == {rig.port: 0.1}
+        assert [e.action.args["rate_per_million"] for e in _entries(rig)] == [100_000]
+    finally:
+        rig.set_loss(0.0)
 
 
 def test_a_loss_rate_survives_a_switch_restart(rig):
     """Kept by the controller like the port's mode: a switch that restarts gets it back. Last in this
     module: the switch restarts."""
-    import finsy as fy
-
     rig.set_loss(0.25)
     switch = rig.net.bmv2_switches[0]
     old = switch.process.pid
     switch.restart()
     assert switch.process.pid != old
     rig.thread.call(rig.controller.wait_configured(times=2, timeout=30), 40)
-
-    async def entries():
-        return [e async for e in rig.controller.switches["s1"].read(fy.P4TableEntry("gradient_loss"))]
-
-    found = rig.thread.call(entries(), 10)
+    found = _entries(rig)
     assert [(e.match["port"], e.action.args["rate_per_million"]) for e in found] == [(rig.port, 250_000)]
