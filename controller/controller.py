@@ -113,7 +113,8 @@ class PcnController:
                 await switch.insert(config.static_entries())
                 await switch.insert([config.mode_entry(port, mode)
                                      for port, mode in sorted(self.modes[switch.name].items())])
-            await switch.insert([loss_entry(port, fraction) for port, fraction in sorted(self.losses[switch.name].items())])
+            await switch.insert([loss_entry(port, fraction)
+                                 for port, fraction in sorted(self.losses[switch.name].items())])
             await asyncio.to_thread(apply_queues, endpoint)
             for hook in self.on_ready:
                 await hook(switch, endpoint)
@@ -180,8 +181,10 @@ class PcnController:
                 self.losses[switch].pop(port, None)
             else:
                 self.losses[switch][port] = fraction
-            if had:
-                await (self.switches[switch].delete([entry]) if fraction == 0 else self.switches[switch].modify([entry]))
+            if had and fraction == 0:
+                await self.switches[switch].delete([entry])
+            elif had:
+                await self.switches[switch].modify([entry])
             elif fraction:
                 await self.switches[switch].insert([entry])
             return time.monotonic() - started

@@ -11,10 +11,10 @@ time after the jobs started) applied while the run is up.
 A rate change goes through the controller the runner already drives (PcnController.set_queue_rate:
 BMv2's thrift runtime, as every queue setting; kept as the port's rate, so a switch that restarts gets
 it back), so it needs BMv2 switches; so does a loss (PcnController.set_loss: a P4Runtime entry of
-p4src/loss.p4, which loses DDL data packets towards the port before they queue and counts them). A flow named in a `start` waits for it (the runner does not
-start it with the others); one named only in a `stop` starts with the others and ends there. Each
-flow runs in its own group of processes (workloads.Workloads.start_flows), its logs with the others
-under flows/.
+p4src/loss.p4, which loses DDL data packets towards the port before they queue and counts them). A
+flow named in a `start` waits for it (the runner does not start it with the others); one named only
+in a `stop` starts with the others and ends there. Each flow runs in its own group of processes
+(workloads.Workloads.start_flows), its logs with the others under flows/.
 
 Every change applied is an event in events.jsonl: {"type": "schedule", "action": "rate" | "loss" |
 "start" | "stop", "at_s" (as planned), "applied_s" (when it took effect, seconds after the jobs

@@ -80,7 +80,8 @@ def test_a_loss_change_round_trips_and_can_be_swept(tmp_path):
     path.write_text(FILE.format(job="", schedule="  - {at_s: 0, link: s1-h1, loss: 0.01}", kind="ps", switch="bmv2")
                     + "sweep:\n  schedule.0.loss: [0, 0.02]\n")
     runs = load_experiment(path).runs()
-    assert [r.schedule for r in runs] == [(Change(0.0, ("s1", "h1"), loss=0.0),), (Change(0.0, ("s1", "h1"), loss=0.02),)]
+    assert [r.schedule for r in runs] == [(Change(0.0, ("s1", "h1"), loss=0.0),),
+                                          (Change(0.0, ("s1", "h1"), loss=0.02),)]
     assert runs[1].to_dict()["schedule"] == [{"at_s": 0.0, "link": "s1-h1", "loss": 0.02}]
     assert all(RunConfig.from_dict(r.to_dict()) == r for r in runs)
 
