@@ -31,17 +31,25 @@ def _delta(before: dict, after: dict, rig, cls: str, counter: str) -> tuple[int,
     return new[0] - old[0], new[1] - old[1]
 
 
-def test_a_loss_rate_loses_that_share_of_ddl_data_packets_and_counts_them(rig):
-    rig.set_loss(0.5)
+def _sent_at(rig, fraction: float, *blasts: tuple) -> tuple[dict, dict]:
+    """The counters before and after `blasts` ((src, count, blast's keywords)) sent at loss `fraction`
+    and drained; the loss is 0 again afterwards."""
+    rig.set_loss(fraction)
     try:
         before = rig.counters()
-        rig.blast("h2", 200)               # DDL data: 972 bytes of payload
-        rig.blast("h2", 40, size=60)       # DDL, 32 bytes of payload: below burst_min_payload (64)
-        rig.blast("h1", 40)                # background
-        rig.drain(280)
-        after = rig.counters()
+        for src, count, kwargs in blasts:
+            rig.blast(src, count, **kwargs)
+        rig.drain(sum(count for _, count, _ in blasts))
+        return before, rig.counters()
     finally:
         rig.set_loss(0.0)
+
+
+def test_a_loss_rate_loses_that_share_of_ddl_data_packets_and_counts_them(rig):
+    before, after = _sent_at(rig, 0.5,
+                             ("h2", 200, {}),             # DDL data: 972 bytes of payload
+                             ("h2", 40, {"size": 60}),    # DDL, 32 bytes of payload: below burst_min_payload (64)
+                             ("h1", 40, {}))              # background
     lost, lost_bytes = _delta(before, after, rig, "ddl", "lost")
     queued, queued_bytes = _delta(before, after, rig, "ddl", "to_queue")
     bg, bg_bytes = _delta(before, after, rig, "background", "tx")
@@ -70,15 +78,8 @@ def test_announcements_are_never_lost(rig):
     """A pcn-host announcement (the PCN-START code point) is a control message, whatever its size."""
     from dataplane_rig import PCN_START_DSCP
 
-    rig.set_loss(1.0)
-    try:
-        before = rig.counters()
-        rig.blast("h2", 20, dscp=PCN_START_DSCP)   # 972 bytes of payload each, over burst_min_payload
-        rig.blast("h2", 20)
-        rig.drain(40)
-        after = rig.counters()
-    finally:
-        rig.set_loss(0.0)
+    before, after = _sent_at(rig, 1.0, ("h2", 20, {"dscp": PCN_START_DSCP}),   # 972 bytes of payload each
+                             ("h2", 20, {}))
     assert _delta(before, after, rig, "ddl", "lost")[0] == 20
     assert _delta(before, after, rig, "ddl", "tx")[0] == 20
 
@@ -98,14 +99,7 @@ def test_a_loss_rate_set_back_to_zero_loses_nothing_and_leaves_no_entry(rig):
 
 
 def test_every_packet_is_lost_at_rate_1(rig):
-    rig.set_loss(1.0)
-    try:
-        before = rig.counters()
-        rig.blast("h2", 50)
-        rig.drain(50)
-        after = rig.counters()
-    finally:
-        rig.set_loss(0.0)
+    before, after = _sent_at(rig, 1.0, ("h2", 50, {}))
     assert _delta(before, after, rig, "ddl", "lost")[0] == 50
     assert _delta(before, after, rig, "ddl", "to_queue") == (0, 0)
 
