@@ -27,6 +27,7 @@ from pcnlab.errors import UsageError
 MAX_FILE_BYTES = 64 * 1024     # the shipped experiments are 1-3 KB
 MAX_VALUES = 10_000            # mappings, lists and scalars, every alias expanded
 MAX_DEPTH = 32                 # nesting of mappings and lists (an experiment uses 4)
+TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep; an experiment needs 4"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def from_node(node: Node, source: str, via: str = "", _active: set[int] | None =
         raise _fail(where, f"the document holds more than {MAX_VALUES} values once its aliases are expanded "
                            "(aliases of aliases?); an experiment needs far fewer: write them out")
     if len(active) >= MAX_DEPTH:
-        raise _fail(where, f"nested more than {MAX_DEPTH} levels deep; an experiment needs 4")
+        raise _fail(where, TOO_DEEP)
     if isinstance(node, MappingNode):
         active.add(id(node))
         own: dict[str, int] = {}
@@ -179,7 +180,7 @@ def load_tree(path: Path | str) -> Raw | None:
     try:
         deep = _deeper_than(text, MAX_DEPTH)
         if deep is not None:
-            raise _fail(Where(source, deep), f"nested more than {MAX_DEPTH} levels deep; an experiment needs 4")
+            raise _fail(Where(source, deep), TOO_DEEP)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -195,8 +196,7 @@ def load_tree(path: Path | str) -> Raw | None:
     except yaml.YAMLError as exc:
         raise _fail(Where(source, None), f"invalid YAML: {_one_line(str(exc))}") from None
     except RecursionError:
-        raise _fail(Where(source, None), f"invalid YAML: nested more than {MAX_DEPTH} levels deep; an "
-                                         "experiment needs 4") from None
+        raise _fail(Where(source, None), f"invalid YAML: {TOO_DEEP}") from None
     return None if node is None else from_node(node, source)
 
 
