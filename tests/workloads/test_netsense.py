@@ -113,9 +113,9 @@ def test_rank_sizes_rejects_nothing_it_cannot_price(kind):
 
 def test_each_model_weighs_the_levels_by_its_own_learning_costs():
     """netsense-competing's fast phase (digits-cnn, 30 ms of compute, 14 ms per exchange, 40 Mbit/s):
-    with digits-cnn's costs (top-k 1 % learns 0.76 of none per iteration, top-k 5 % 0.99) top-k 5 % pays
-    1.3 x top-k 1 % and the policy moves there; with digits-mlp's (0.93 and 1.0) it stays at top-k 1 % (it
-    did, measured with the first ladder: 2026-11-25/26, every phase from 18 s on)."""
+    with digits-cnn's costs (top-k 1 % learns 0.78 of none per iteration) int8 pays 1.18 x top-k 1 % and the
+    policy moves there; with digits-mlp's (0.93) it stayed at top-k 1 % (measured: 2026-11-25/26, every
+    phase from 18 s on)."""
     sizes = rank_sizes("ps", LADDER, [9926], world=2)          # digits-cnn, one PS shard
     assert efficiency("digits-cnn") != efficiency("digits-mlp") and efficiency("cnn") == efficiency("digits-mlp")
 
@@ -128,5 +128,5 @@ def test_each_model_weighs_the_levels_by_its_own_learning_costs():
         return policy.decide(Observation(level=top, compute_s=0.030, comm_s=0.014 + sizes[top] / 5e6,
                                          bytes=sizes[top], min_rtt_us=300, srtt_us=400)).level
 
-    assert LADDER[next_level(efficiency("digits-cnn"))].name == "topk-0.05"
+    assert LADDER[next_level(efficiency("digits-cnn"))].name == "int8"
     assert next_level(efficiency("digits-mlp")) == len(LADDER) - 1
