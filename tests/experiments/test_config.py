@@ -67,9 +67,9 @@ def test_pcn_back_to_back_is_the_papers_topology():
     assert all(r.jobs[0].pcn_start == (r.mode.kind == "pcn-host") for r in runs)
 
 
-def test_ltp_incast_paces_its_hosts():
+def test_ltp_incast_paces_its_hosts_and_runs_its_switch_realtime():
     runs = load_experiment(EXPERIMENTS / "ltp-incast.yaml").runs()
-    assert len(runs) == 12 and all(r.switch.pace_hosts for r in runs)
+    assert len(runs) == 12 and all(r.switch.pace_hosts and r.switch.realtime for r in runs)
 
 
 def test_burstiness_paper_runs_its_switch_realtime():
