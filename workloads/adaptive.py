@@ -19,8 +19,7 @@ from __future__ import annotations
 from pcnlab.workloads.compression_methods import ADAPTIVE
 from pcnlab.workloads.process_config import TrainConfig
 from pcnlab.workloads.gradsync import RingSync, ShardSync, WorkerSync
-from pcnlab.workloads.netsense import (NetSensePolicy, Observation, efficiency, job_ladder, rank_messages,
-                                      rank_sizes)
+from pcnlab.workloads.netsense import NetSensePolicy, Observation, efficiency, job_ladder, rank_sizes
 from pcnlab.workloads.tcpsense import GlooSockets, sense
 
 
@@ -38,8 +37,7 @@ class RankCompression:
         if cfg.compression == ADAPTIVE and cfg.role() == "worker":
             world = cfg.world - (cfg.servers if cfg.kind == "ps" else 0)
             self.policy = NetSensePolicy(rank_sizes(cfg.kind, self.ladder, self.shard_sizes, world),
-                                         efficiency=efficiency(cfg.model),
-                                         messages=rank_messages(cfg.kind, self.shard_sizes, world))
+                                         efficiency=efficiency(cfg.model))
 
     @property
     def compressed(self) -> bool:

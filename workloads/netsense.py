@@ -11,13 +11,8 @@ time plus the communication time. So the policy picks
 and moves to it only if that is at least GAIN times the current level's value (hysteresis, so a
 noisy iteration does not flip the level). Communication times are the median of the last SMOOTH
 iterations at the same level: on 2 shared cores a process wakes up milliseconds late now and then.
-bytes[l] is what this rank moves per iteration at level l (sent + received: compression.Codec.wire_bytes),
-priced in frames: each message with gloo's framing, rounded up to whole TCP segments (`priced`). A link
-carries frames, and BMv2 shapes in packets per second: in netsense-competing's slow phases sign's 1.3 KB
-and top-k 1 %'s 0.6 KB per message each take one frame and the same time (2026-11-27: 23.6-24.2 against
-23.9-24.3 ms an exchange at 2.5 Mbit/s, 18.9 against 18.6 ms beside 8 cubic flows), which a price in bytes
-missed: it held top-k 1 % (0.78 of none's learning for digits-cnn) where sign (0.87) cost nothing more.
-On a fast network every level's communication is small against
+bytes[l] is what this rank moves per iteration at level l (sent + received, exact:
+compression.Codec.wire_bytes). On a fast network every level's communication is small against
 compute and none wins (its efficiency is 1); as the rate falls, the bytes dominate and smaller
 payloads win; when the rate recovers, none wins again.
 
@@ -80,15 +75,6 @@ PROBE_EVERY = 3          # iterations without a network-limited sample before a 
 PROBE_MAX = 40           # the longest wait between probes
 PROBE_COST = 2.0         # a probe's predicted communication time, at most this x the current one
 BOOTSTRAP = (0, -1, 0)   # levels of iterations 0, 1, 2 (-1: the smallest payload)
-SEGMENT_BYTES = 1448     # TCP payload per frame: a 1500-byte MTU less IPv4, TCP and its timestamp option
-GLOO_FRAMING = 144       # gloo's bytes per message beyond its payload (TCP_INFO's bytes against the payload
-                         # handed to gloo, 288 per iteration for a send and a receive: docs/results.md)
-
-
-def priced(message_bytes: float) -> int:
-    """What one message of this many payload bytes costs the network: with gloo's framing, in whole
-    segments (hand-written: the frame arithmetic of a TCP sender without TSO's coalescing)."""
-    return -(-(int(message_bytes) + GLOO_FRAMING) // SEGMENT_BYTES) * SEGMENT_BYTES
 
 
 @dataclass
@@ -123,18 +109,13 @@ class Decision:
 
 
 class NetSensePolicy:
-    """One worker's policy. `sizes[l]`: bytes this rank moves per iteration at level l, priced in frames
-    (rank_sizes); `messages`: how many messages they are (rank_messages), to price what a worker observed."""
+    """One worker's policy. `sizes[l]`: bytes this rank moves per iteration at level l."""
 
     def __init__(self, sizes: list[int], ladder: tuple[Codec, ...] = LADDER,
-                 efficiency: tuple[float, ...] = EFFICIENCY[MEASURED_MODEL], gain: float = GAIN,
-                 messages: int = 2):
+                 efficiency: tuple[float, ...] = EFFICIENCY[MEASURED_MODEL], gain: float = GAIN):
         if not (len(sizes) == len(ladder) == len(efficiency)):
             raise ValueError("one size and one efficiency per level of the ladder")
-        if messages < 1:
-            raise ValueError("an iteration moves at least one message")
         self.sizes = list(sizes)
-        self.messages = messages
         self.ladder = ladder
         self.efficiency = efficiency
         self.gain = gain
@@ -165,11 +146,10 @@ class NetSensePolicy:
         transfer = comm_s - floor
         noise = max(NOISE * floor, NOISE_MIN_S)
         limited = transfer >= noise or (congested and transfer > 0)
-        moved = self.messages * priced(obs.bytes / self.messages)   # as sizes are priced
         if limited:
-            self.rate = moved / transfer
+            self.rate = obs.bytes / transfer
         elif self.rate is not None or self.seen > 1:
-            self.rate = max(self.rate or 0.0, moved / noise)
+            self.rate = max(self.rate or 0.0, obs.bytes / noise)
         return limited
 
     def decide(self, obs: Observation) -> Decision:
@@ -215,25 +195,19 @@ def efficiency(model: str) -> tuple[float, ...]:
 
 
 def rank_sizes(kind: str, ladder: tuple[Codec, ...], shard_sizes: list[int], world: int) -> list[int]:
-    """Bytes a worker moves per iteration at each level (what it sends plus what it receives), each
-    message priced in frames (`priced`). ps: its gradient to every shard and each shard's answer at the
-    same level; ring: level none is an all_reduce (2 (N - 1) / N of the gradient each way, in chunks too
-    large for the rounding to matter), a compressed level an all_gather of N - 1 payloads each way."""
+    """Bytes a worker moves per iteration at each level (what it sends plus what it receives).
+    ps: its gradient to every shard and each shard's answer at the same level; ring: level none is an
+    all_reduce (2 (N - 1) / N of the gradient each way), a compressed level an all_gather of N - 1
+    payloads each way."""
     out = []
     for codec in ladder:
         if kind == "ps":
-            out.append(2 * sum(priced(codec.wire_bytes(n) + HEADER_BYTES) for n in shard_sizes))
+            out.append(2 * sum(codec.wire_bytes(n) + HEADER_BYTES for n in shard_sizes))
         elif codec.method == "none":
             out.append(round(2 * 2 * (world - 1) / world * sum(4 * n for n in shard_sizes)))
         else:
-            out.append(2 * (world - 1) * sum(priced(codec.wire_bytes(n)) for n in shard_sizes))
+            out.append(2 * (world - 1) * sum(codec.wire_bytes(n) for n in shard_sizes))
     return out
-
-
-def rank_messages(kind: str, shard_sizes: list[int], world: int) -> int:
-    """How many messages a worker's compressed iteration moves (rank_sizes' count): ps one to and one
-    from every shard, ring N - 1 each way per shard."""
-    return 2 * len(shard_sizes) * (1 if kind == "ps" else world - 1)
 
 
 def job_ladder(method: str, ratio: float) -> tuple[Codec, ...] | None:

@@ -1,5 +1,5 @@
 """The adaptive policy (workloads/netsense.py) against a link whose rate is known: an exchange takes
-a fixed floor plus its frames' bytes over the rate; the rate steps down and back up. And what a worker senses
+a fixed floor plus its bytes over the rate; the rate steps down and back up. And what a worker senses
 of its own TCP connections (tcpsense.py), on a real loopback connection."""
 
 from __future__ import annotations
@@ -9,15 +9,14 @@ import time
 
 import pytest
 
-from pcnlab.workloads.compression import HEADER_BYTES, Codec
-from pcnlab.workloads.netsense import (EFFICIENCY, GAIN, LADDER, PROBE_MAX, SEGMENT_BYTES, NetSensePolicy,
-                                       Observation, efficiency, priced, rank_messages, rank_sizes)
+from pcnlab.workloads.compression import Codec
+from pcnlab.workloads.netsense import (EFFICIENCY, GAIN, LADDER, PROBE_MAX, NetSensePolicy, Observation,
+                                       efficiency, rank_sizes)
 from pcnlab.workloads.tcpsense import GlooSockets, sense
 
 COMPUTE_S = 0.05
 FLOOR_S = 0.002
-SIZES = rank_sizes("ps", LADDER, [9610], world=2)      # digits-mlp, one PS shard: what the link carries
-PAYLOAD = [2 * (codec.wire_bytes(9610) + HEADER_BYTES) for codec in LADDER]   # what a worker hands to gloo
+SIZES = rank_sizes("ps", LADDER, [9610], world=2)      # digits-mlp, one PS shard
 
 
 def run(policy: NetSensePolicy, rates_Bps: list[float], jitter_s: float = 0.0) -> list[int]:
@@ -26,7 +25,7 @@ def run(policy: NetSensePolicy, rates_Bps: list[float], jitter_s: float = 0.0) -
     for i, rate in enumerate(rates_Bps):
         level = policy.level
         comm = FLOOR_S + SIZES[level] / rate + (jitter_s if i % 7 == 3 else 0.0)
-        policy.decide(Observation(level=level, compute_s=COMPUTE_S, comm_s=comm, bytes=PAYLOAD[level],
+        policy.decide(Observation(level=level, compute_s=COMPUTE_S, comm_s=comm, bytes=SIZES[level],
                                   min_rtt_us=300, srtt_us=400))
         levels.append(level)
     return levels
@@ -40,23 +39,17 @@ def best_level(rate: float) -> int:
     return best if progress[best] >= GAIN * progress[0] else 0
 
 
-def test_sizes_are_the_codecs_wire_bytes_both_ways_in_frames():
-    assert SIZES[0] == 2 * priced(4 * 9610 + 8) and priced(4 * 9610 + 8) == 27 * SEGMENT_BYTES   # 38,592 bytes framed
-    assert SIZES[-1] == 2 * priced(Codec("topk", 0.01).wire_bytes(9610) + 8) == 2 * SEGMENT_BYTES
-    assert SIZES == sorted(SIZES, reverse=True) and all(size % SEGMENT_BYTES == 0 for size in SIZES)
-    # sign's 1.2 KB and top-k 1 %'s 0.6 KB per message take one frame each: on the wire they cost the same
-    assert SIZES[LADDER.index(Codec("sign"))] == SIZES[-1]
+def test_sizes_are_the_codecs_wire_bytes_both_ways():
+    assert SIZES[0] == 2 * (4 * 9610 + 8)
+    assert SIZES[-1] == 2 * (Codec("topk", 0.01).wire_bytes(9610) + 8)
+    assert SIZES == sorted(SIZES, reverse=True)
     ring = rank_sizes("ring", LADDER, [9610], world=4)
-    assert ring[0] == round(2 * 2 * 3 / 4 * 4 * 9610) and ring[1] == 2 * 3 * priced(Codec("int8").wire_bytes(9610))
-    assert rank_messages("ps", [9610, 300], world=2) == 4 and rank_messages("ring", [9610], world=4) == 6
+    assert ring[0] == round(2 * 2 * 3 / 4 * 4 * 9610) and ring[1] == 2 * 3 * Codec("int8").wire_bytes(9610)
 
 
 def test_what_pays_depends_on_the_rate_against_compute():
-    # 77 KB per exchange: at 20 Mbit/s 31 ms on top of 50 ms of compute, so compressing pays there. At 2
-    # Mbit/s the fewest frames pay most, and of the levels that take one frame the one that learns most.
-    one_frame = [lv for lv in range(len(LADDER)) if SIZES[lv] == min(SIZES)]
-    assert best_level(125e6) == 0 and best_level(2.5e6) > 0
-    assert best_level(0.25e6) == max(one_frame, key=lambda lv: EFFICIENCY["digits-mlp"][lv])
+    # 77 KB per exchange: at 20 Mbit/s 31 ms on top of 50 ms of compute, so compressing pays there.
+    assert best_level(125e6) == 0 and best_level(2.5e6) > 0 and best_level(0.25e6) == len(LADDER) - 1
 
 
 def test_idle_link_stays_uncompressed():
@@ -133,34 +126,7 @@ def test_each_model_weighs_the_levels_by_its_own_learning_costs():
         policy.level, policy.seen, policy.recent, policy.rate, policy._last_level = top, 10, [0.014], 5e6, top
         policy.run = [0.014 + sizes[top] / 5e6] * 2
         return policy.decide(Observation(level=top, compute_s=0.030, comm_s=0.014 + sizes[top] / 5e6,
-                                         bytes=2 * (LADDER[top].wire_bytes(9926) + HEADER_BYTES),
-                                         min_rtt_us=300, srtt_us=400)).level
+                                         bytes=sizes[top], min_rtt_us=300, srtt_us=400)).level
 
     assert LADDER[next_level(efficiency("digits-cnn"))].name == "int8"
     assert next_level(efficiency("digits-mlp")) == len(LADDER) - 1
-
-
-def test_a_frame_bound_slow_phase_takes_the_one_frame_level_that_learns_most():
-    """netsense-competing's slow phases (digits-cnn, 30 ms of compute): an exchange is a frame each way,
-    and a standing queue or a link of 208 frames per second makes it ~20 ms whatever one frame carries
-    (measured 2026-11-27: sign 23.6-24.2, top-k 1 % 23.9-24.3 ms at 2.5 Mbit/s). Priced in frames, sign
-    (0.87 of none's learning per iteration) costs what top-k 1 % (0.78) costs, and the policy takes sign;
-    a larger model, whose top-k 1 % takes fewer frames than sign, still takes top-k 1 % there."""
-    def settles(shard: int) -> str:
-        sizes = rank_sizes("ps", LADDER, [shard], world=2)
-        payload = [2 * (codec.wire_bytes(shard) + HEADER_BYTES) for codec in LADDER]
-        policy = NetSensePolicy(sizes, efficiency=efficiency("digits-cnn"), messages=rank_messages("ps", [shard], 2))
-        frame_s = SEGMENT_BYTES / 312_500                       # 2.5 Mbit/s in frames
-        levels = []
-        for i in range(120):
-            rate = 5e6 if i < 20 else SEGMENT_BYTES / frame_s   # 40 Mbit/s, then the slow phase
-            level = policy.level
-            comm = 0.005 + sizes[level] / rate
-            policy.decide(Observation(level=level, compute_s=0.030, comm_s=comm, bytes=payload[level],
-                                      min_rtt_us=300, srtt_us=400 if i < 20 else 15_000))
-            levels.append(level)
-        assert len(set(levels[60:])) == 1, levels
-        return LADDER[levels[-1]].name
-
-    assert settles(9926) == "sign"                               # digits-cnn: both one frame
-    assert settles(200_000) == "topk-0.01"                       # 16 KB against 26 KB per message
