@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +160,7 @@ def run_figures(run: RunData, target: float | None = None) -> dict:
     out: dict = {"run": run.name, "point": run.point, "trusted": run.fidelity.get("trusted"),
                  "status": run.status.get("status"), "sweep": run.config.get("sweep") or {},
                  "rate_mbps": (run.config.get("topology") or {}).get("bw"), "workers": len(job.get("workers") or ()),
+                 "model": job.get("model"),
                  "codec": (f"{method}-{job.get('compression_ratio'):g}" if method in ("topk", "randk") else method)
                  + ("-no-ef" if job.get("error_feedback") is False else "")}
     if w.empty:
@@ -337,7 +339,8 @@ def main(argv=None) -> int:
     try:
         rows = figures(args.path, getattr(args, "target", None), args.include_untrusted)
     except UsageError as exc:
-        raise SystemExit(f"compression_report: {exc}") from None
+        print(f"compression_report: {exc}", file=sys.stderr)
+        return exc.exit_code
     folder = _sweep_dir(args.path[0])
     if args.what == "netsense":
         at_s = args.at_s if args.at_s is not None else equal_times(rows, netsense_table(rows))

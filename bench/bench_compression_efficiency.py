@@ -36,8 +36,8 @@ from pcnlab.workloads.netsense import LADDER
 from pcnlab.workloads.training import flat, unflatten_into
 
 
-BASELINES = (("none", Codec("none"), True), ("topk-0.01 no-ef", Codec("topk", 0.01), False),
-             ("topk-0.001 no-ef", Codec("topk", 0.001), False), ("topk-0.005", Codec("topk", 0.005), True),
+BASELINES = (("none", Codec("none"), True), ("topk-0.01-no-ef", Codec("topk", 0.01), False),
+             ("topk-0.001-no-ef", Codec("topk", 0.001), False), ("topk-0.005", Codec("topk", 0.005), True),
              ("topk-0.01", Codec("topk", 0.01), True))
 
 
