@@ -137,19 +137,14 @@ def iterations_per_s(run: RunData, since_ns: float, until_ns: float) -> float | 
 
 
 def switch_ddl_bytes(run: RunData) -> float | None:
-    """DDL bytes every switch sent on its traffic ports (counters.json; the monitor ports left out)."""
-    path = run.path / "counters.json"
-    if not path.exists():
+    """DDL bytes every switch sent on its traffic ports (counters.json; the monitor ports left out);
+    None without counters or if a switch's could not be read."""
+    if not run.counters or any(rows is None for rows in run.counters.values()):
         return None
     monitors = {(ep["name"], int(p)) for ep in run._json("endpoints.json", []) for p, peer in ep["ports"].items()
                 if str(peer).startswith("m")}
-    total = 0
-    for switch, rows in json.loads(path.read_text()).items():
-        if not isinstance(rows, list):
-            return None
-        total += sum(r["bytes"] for r in rows if r["class"] == "ddl" and r["counter"] == "tx"
-                     and (switch, r["port"]) not in monitors)
-    return float(total)
+    return float(sum(r["bytes"] for switch, rows in run.counters.items() for r in rows
+                     if r["class"] == "ddl" and r["counter"] == "tx" and (switch, r["port"]) not in monitors))
 
 
 def run_figures(run: RunData, target: float | None = None) -> dict:

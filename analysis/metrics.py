@@ -272,8 +272,8 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     out["training"] = training_metrics(run)
     out["job_iterations"] = job_iterations(run)
     out["controller"] = controller_metrics(run, table, neck)
-    out["queue_full_drops"] = full_queue_drops(run_dir, neck)
-    out["random_loss"] = random_loss(run_dir)
+    out["queue_full_drops"] = full_queue_drops(run, neck)
+    out["random_loss"] = random_loss(run)
     table.to_csv(run.path / "iterations.csv", index=False)
     write_json(run.path / "metrics.json", m.json_safe(out), allow_nan=False)
     if plots and neck is not None:
@@ -283,28 +283,18 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     return out
 
 
-def _counters(run_dir: Path) -> dict[str, list]:
-    """counters.json: each switch's counter rows at the end of the run (a switch that could not be read:
-    left out)."""
-    path = Path(run_dir) / "counters.json"
-    if not path.exists():
-        return {}
-    return {name: rows for name, rows in json.loads(path.read_text()).items() if isinstance(rows, list)}
-
-
-def random_loss(run_dir: Path) -> list[dict]:
+def random_loss(run: RunData) -> list[dict]:
     """The packets each port lost at random (a `schedule:` entry's loss, p4src/loss.p4), by class."""
     return [{"switch": name, "port": r["port"], "class": r["class"], "packets": r["packets"]}
-            for name, rows in sorted(_counters(run_dir).items()) for r in rows if r["counter"] == "lost"]
+            for name, rows in sorted(run.counters.items()) for r in rows or () if r["counter"] == "lost"]
 
 
-def full_queue_drops(run_dir: Path, neck: tuple[str, int] | None) -> dict:
+def full_queue_drops(run: RunData, neck: tuple[str, int] | None) -> dict:
     """Packets dropped at a full queue (invisible to P4): handed to the queue minus sent minus dropped
     by the program, from the switch's counters at the end of the run."""
-    counters = _counters(run_dir)
-    if neck is None or neck[0] not in counters:
+    rows = run.counters.get(neck[0]) if neck is not None else None
+    if rows is None:
         return {}
-    rows = counters[neck[0]]
     out = {}
     for cls in ("ddl", "background"):
         get = lambda k: sum(r["packets"] for r in rows if r["port"] == neck[1] and r["class"] == cls and r["counter"] == k)  # noqa: E731

@@ -134,6 +134,13 @@ class RunData:
     def fidelity(self) -> dict:
         return self._json("fidelity.json", {})
 
+    @cached_property
+    def counters(self) -> dict[str, list | None]:
+        """counters.json: each switch's counter rows at the end of the run (`port`, `class`, `counter`,
+        `packets`, `bytes`); None for a switch that could not be read; {} without the file."""
+        return {name: rows if isinstance(rows, list) else None
+                for name, rows in self._json("counters.json", {}).items()}
+
     @property
     def name(self) -> str:
         return self.path.name

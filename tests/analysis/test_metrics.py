@@ -75,3 +75,33 @@ def test_iteration_metrics_give_the_link_share_used_during_each_iteration():
     assert out["ddl_utilisation"]["mean"] == pytest.approx(0.3)     # 8 and 4 of 20 Mbit/s
     assert out["link_utilisation"]["mean"] == pytest.approx(0.9)    # 18 of 20 both times
     assert "link_utilisation" not in iteration_metrics(table)       # no rate known: not guessed
+
+
+def test_counters_are_read_once_and_what_each_reader_takes_from_them(tmp_path):
+    """counters.json through RunData.counters: the random loss per port and class, the drops at a full
+    queue (handed to the queue - sent - dropped by the program), and the DDL bytes switches sent on
+    their traffic ports; a switch that could not be read leaves the byte total unknown."""
+    import json
+
+    from pcnlab.analysis.compression_report import switch_ddl_bytes
+    from pcnlab.analysis.metrics import full_queue_drops, random_loss
+    from pcnlab.analysis.results import RunData
+
+    def row(port, cls, counter, packets, nbytes=0):
+        return {"port": port, "class": cls, "counter": counter, "packets": packets, "bytes": nbytes}
+
+    s1 = [row(1, "ddl", "to_queue", 100), row(1, "ddl", "tx", 90, 90_000), row(1, "ddl", "dropped", 4),
+          row(1, "ddl", "lost", 7), row(1, "background", "to_queue", 10), row(1, "background", "tx", 10, 15_000),
+          row(3, "ddl", "tx", 5, 700)]
+    (tmp_path / "counters.json").write_text(json.dumps({"s1": s1}))
+    (tmp_path / "endpoints.json").write_text(json.dumps([{"name": "s1", "ports": {"1": "h1", "3": "m1"}}]))
+    run = RunData(tmp_path)
+    assert random_loss(run) == [{"switch": "s1", "port": 1, "class": "ddl", "packets": 7}]
+    assert full_queue_drops(run, ("s1", 1)) == {"ddl": 6, "background": 0}
+    assert full_queue_drops(run, None) == {} and full_queue_drops(run, ("s9", 1)) == {}
+    assert switch_ddl_bytes(run) == 90_000                      # the monitor port m1 left out
+    (tmp_path / "counters.json").write_text(json.dumps({"s1": s1, "s2": {"error": "thrift timed out"}}))
+    run = RunData(tmp_path)
+    assert run.counters["s2"] is None and switch_ddl_bytes(run) is None
+    assert random_loss(run) == [{"switch": "s1", "port": 1, "class": "ddl", "packets": 7}]
+    assert RunData(tmp_path / "nothing").counters == {}

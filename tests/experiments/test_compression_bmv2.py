@@ -5,7 +5,6 @@ once a `schedule:` drops the PS's port from 100 to 2 Mbit/s, and the model still
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -109,8 +108,8 @@ def test_bytes_on_the_wire_shrink_by_the_codecs_factor(tmp_path):
         logged = workers(runs[method])["bytes_sent"].iloc[5:].to_numpy()
         assert set(logged) == {codec.wire_bytes(N) + HEADER_BYTES}
     # Whole frames, ACKs and headers included (the switch's counters), shrink too.
-    frames = {m: sum(c["bytes"] for c in json.loads((r.path / "counters.json").read_text())["s1"]
-                     if c["class"] == "ddl" and c["counter"] == "tx") for m, r in runs.items()}
+    frames = {m: sum(c["bytes"] for c in r.counters["s1"] if c["class"] == "ddl" and c["counter"] == "tx")
+              for m, r in runs.items()}
     assert frames["none"] / frames["int8"] > 3.0 and frames["none"] / frames["topk"] > 10
 
 
