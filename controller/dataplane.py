@@ -231,6 +231,6 @@ async def read_port_counters(switch: fy.Switch) -> dict[tuple[int, str, str], tu
         async for entry in switch.read(fy.P4CounterEntry(counter)):
             if entry.index is None or entry.data is None or not entry.packet_count:
                 continue
-            port, cls = divmod(entry.index, 2)
+            port, cls = divmod(entry.index, FACTS["CLASSES"])
             out[(port, CLASS_NAMES[cls], label)] = (entry.packet_count, entry.byte_count)
     return out

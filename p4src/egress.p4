@@ -127,7 +127,7 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         if (meta.use_windows == 1 && meta.traffic_class == CLASS_BACKGROUND && meta.k_pre < meta.k) {
             predrain_windows.apply();
         }
-        bit<32> slot = (bit<32>)std.egress_port * 2 + (bit<32>)meta.traffic_class;
+        bit<32> slot = PORT_CLASS_SLOT(std.egress_port, meta.traffic_class);
         if (meta.marking == 1) {
             qdepth_t threshold = meta.k;
             bool low = meta.window_open == 1 && meta.traffic_class == CLASS_BACKGROUND;

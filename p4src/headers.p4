@@ -22,7 +22,11 @@ const bit<2> ECN_CE = 3;
 /* Per-port state lives in registers indexed by port, per-(port, job) state by port * MAX_JOBS + job. */
 #define MAX_PORTS 64
 #define MAX_JOBS 16
-#define PORT_CLASS_SLOTS 128   /* MAX_PORTS * 2 classes, for the counters */
+#define CLASSES 2             /* CLASS_BACKGROUND and CLASS_DDL */
+/* The per-(port, class) counters' slots, and a packet's slot in them (the controller reads it back with
+   divmod(index, CLASSES)). */
+#define PORT_CLASS_SLOTS (MAX_PORTS * CLASSES)
+#define PORT_CLASS_SLOT(port, cls) ((bit<32>)(port) * CLASSES + (bit<32>)(cls))
 
 /* Flags in a telemetry record. */
 const bit<8> TEL_MARKED      = 0x01;  /* this packet was CE-marked here */

@@ -97,7 +97,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                 }
             }
         }
-        to_queue_port_class.count((bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class);
+        to_queue_port_class.count(PORT_CLASS_SLOT(std.egress_spec, meta.traffic_class));
         queued_announcements.read(meta.announcements_ahead, (bit<32>)std.egress_spec);
 
         /* One digest call for both kinds: BMv2 makes a learn list per call site, and P4Runtime configures

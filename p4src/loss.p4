@@ -32,7 +32,7 @@ control GradientLoss(inout metadata_t meta, inout standard_metadata_t std) {
             random(draw, 0, LOSS_SCALE - 1);
             if (draw < per_million) {
                 /* counted first: mark_to_drop sets egress_spec to the drop port */
-                lost_port_class.count((bit<32>)std.egress_spec * 2 + (bit<32>)meta.traffic_class);
+                lost_port_class.count(PORT_CLASS_SLOT(std.egress_spec, meta.traffic_class));
                 mark_to_drop(std);
                 meta.lost = 1;
             }

@@ -25,6 +25,7 @@ def test_the_controller_and_the_collector_take_them_from_the_program():
     f = facts.program_facts()
     assert (dataplane.MAX_PORTS, dataplane.MAX_JOBS) == (f["MAX_PORTS"], f["MAX_JOBS"]) == (64, 16)
     assert dataplane.CLASS_NAMES == {f["CLASS_BACKGROUND"]: "background", f["CLASS_DDL"]: "ddl"}
+    assert f["CLASSES"] == len(dataplane.CLASS_NAMES)          # the counters' slots: port * CLASSES + class
     assert telemetry.ETHERTYPE_PCN_TELEMETRY == f["ETHERTYPE_PCN_TELEMETRY"] == 0x88B5
     # The record: its size in the struct the collector unpacks, in the layout, and in the clone's truncation.
     assert telemetry.RECORD.size == f.telemetry_bytes == f["TELEMETRY_FRAME_BYTES"] - telemetry.ETH_HEADER == 44
