@@ -8,8 +8,10 @@ The runs (fixed codecs, and adaptive if you like, in one regime: the same YAML a
 codec's worker iterations per second in each phase of the schedule; the bench
 (bench/bench_compression_efficiency.py, no network, the same model) gives each codec's learning per
 iteration, eff = iterations(none) / iterations(codec) to the target, each bench file against its own
-none. A codec that runs s(p) iterations a second in phase p makes eff x s(p) iterations' worth of none's
-progress a second there; it reaches the target when the sum over time equals none's iterations to it.
+none (a codec that some seed of a file never brought to the target is left out of that file's figures,
+which flatters it where another file has it). A codec that runs s(p) iterations a second in phase p
+makes eff x s(p) iterations' worth of none's progress a second there; it reaches the target when the sum
+over time equals none's iterations to it.
 
 For every codec with runs this prints its measured time to the target (mean over its runs) beside the
 time this model predicts for it: the check of the model. Then the ceiling: a policy that in every phase
@@ -56,6 +58,9 @@ def efficiencies(benches: list[dict], target: float) -> dict[str, float]:
         for row in bench["rows"]:
             per.setdefault(row["codec"], []).append(row.get(key))
         reached = {c: float(np.mean(v)) for c, v in per.items() if v and None not in v}
+        if "none" not in per:
+            raise UsageError("a bench file has no rows of none: run bench/bench_compression_efficiency.py, "
+                             "whose every run includes none")
         if "none" not in reached:
             raise UsageError(f"a bench file's none never reached {target:g}: no codec can be compared there")
         for codec, iterations in reached.items():
@@ -76,36 +81,45 @@ def phase_speeds(rows: list[dict]) -> tuple[list[Phase], dict[str, dict[str, flo
     return phases, {c: {p: float(np.mean(v)) for p, v in per.items()} for c, per in speeds.items()}
 
 
-def time_to(rates: list[tuple[float, float]], needed: float) -> float | None:
-    """When the integral of a piecewise-constant rate, (from_s, rate) in time order, the last held on,
-    first reaches `needed`; None if it never does."""
+def time_to(rates: list[tuple[float, float]], needed: float, until: float = float("inf")) -> float | None:
+    """When the integral of a piecewise-constant rate, (from_s, rate) in time order, the last held on
+    until `until`, first reaches `needed`; None if it does not by then."""
     done = 0.0
     for i, (start, rate) in enumerate(rates):
-        end = rates[i + 1][0] if i + 1 < len(rates) else float("inf")
+        end = rates[i + 1][0] if i + 1 < len(rates) else until
         if rate > 0 and done + rate * (end - start) >= needed:
             return start + (needed - done) / rate
         done += rate * (end - start) if end != float("inf") else 0.0
     return None
 
 
+def _known(phases: list[Phase], has) -> tuple[list[Phase], float]:
+    """The phases up to the first without a figure (`has` false), and when that one begins (inf: none)."""
+    for i, p in enumerate(phases):
+        if not has(p):
+            return phases[:i], p.from_s
+    return phases, float("inf")
+
+
 def predict(phases: list[Phase], speeds: dict[str, float], eff: float, needed: float) -> float | None:
-    """A fixed codec's predicted time to the target; None if a phase has no speed for it."""
-    if any(p.name not in speeds for p in phases):
-        return None
-    return time_to([(p.from_s, eff * speeds[p.name]) for p in phases], needed)
+    """A fixed codec's predicted time to the target; None if it is not reached before the first phase
+    its runs did not reach."""
+    known, until = _known(phases, lambda p: p.name in speeds)
+    return time_to([(p.from_s, eff * speeds[p.name]) for p in known], needed, until)
 
 
 def ceiling(phases: list[Phase], speeds: dict[str, dict[str, float]], eff: dict[str, float],
             needed: float) -> tuple[float | None, list[tuple[str, str, float]]]:
-    """The best choice per phase, (phase, codec, progress per second), and its time to the target."""
+    """The best choice per phase, (phase, codec, progress per second), up to the first phase no codec with
+    a bench figure has runs through, and its time to the target (None if not reached before that phase)."""
+    def options(p: Phase) -> list[tuple[float, str]]:
+        return [(eff[c] * s[p.name], c) for c, s in speeds.items() if c in eff and p.name in s]
+    known, until = _known(phases, lambda p: bool(options(p)))
     best = []
-    for p in phases:
-        options = [(eff[c] * s[p.name], c) for c, s in speeds.items() if c in eff and p.name in s]
-        if not options:
-            raise UsageError(f"no codec with a bench figure has runs through phase {p.name!r}")
-        rate, codec = max(options)
+    for p in known:
+        rate, codec = max(options(p))
         best.append((p.name, codec, rate))
-    return time_to([(p.from_s, rate) for p, (_, _, rate) in zip(phases, best)], needed), best
+    return time_to([(p.from_s, rate) for p, (_, _, rate) in zip(known, best)], needed, until), best
 
 
 def table(rows: list[dict], benches: list[dict], target: float) -> dict:
@@ -120,7 +134,8 @@ def table(rows: list[dict], benches: list[dict], target: float) -> dict:
         codecs.append({"codec": codec, "runs": len(mine), "reached": len(times),
                        "measured_s": float(np.mean(times)) if times else None,
                        "efficiency": eff.get(codec),
-                       "predicted_s": predict(phases, speeds[codec], eff[codec], needed) if codec in eff else None})
+                       "predicted_s": predict(phases, speeds.get(codec, {}), eff[codec], needed)
+                       if codec in eff else None})
     best_time, best = ceiling(phases, speeds, eff, needed)
     fixed = [c for c in codecs if c["predicted_s"] is not None]
     best_fixed = min(fixed, key=lambda c: c["predicted_s"]) if fixed else None
@@ -160,9 +175,14 @@ def main(argv=None) -> int:
         benches = []
         for path in args.bench:
             try:
-                benches.append(json.loads(path.read_text()))
+                bench = json.loads(path.read_text())
             except (OSError, ValueError) as exc:
                 raise UsageError(f"cannot read the bench file {path}: {exc}") from None
+            if not (isinstance(bench, dict) and isinstance(bench.get("rows"), list)
+                    and all(isinstance(r, dict) and "codec" in r for r in bench["rows"])):
+                raise UsageError(f"{path} is not a JSON file of bench/bench_compression_efficiency.py "
+                                 "(a dict with rows of codec, seed and the iteration each target was reached)")
+            benches.append(bench)
         rows = figures(args.path, args.target, args.include_untrusted)
         if not rows:
             raise UsageError(f"no finished{'' if args.include_untrusted else ', trusted'} runs under "

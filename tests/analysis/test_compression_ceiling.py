@@ -37,6 +37,8 @@ def test_efficiency_is_each_files_none_over_the_codec_and_a_codec_a_seed_never_b
     assert eff == pytest.approx({"none": 1.0, "sign": (1.0 + 1.0) / 2})
     with pytest.raises(UsageError, match="none never reached"):
         efficiencies([_bench({"none": [None], "sign": [100]})], 0.95)
+    with pytest.raises(UsageError, match="no rows of none"):
+        efficiencies([_bench({"sign": [100]})], 0.95)
     with pytest.raises(UsageError, match="--targets 0.96"):
         efficiencies([_bench({"none": [100]})], 0.96)
 
@@ -60,8 +62,11 @@ def test_the_ceiling_takes_each_phases_best_codec_and_is_never_later_than_a_fixe
     assert best_time == pytest.approx(10.0 + (250 - 154) / 20)
     for codec in speeds:
         assert predict(phases, speeds[codec], eff[codec], 250.0) >= best_time
-    with pytest.raises(UsageError, match="no codec"):
-        ceiling(phases + [Phase("unseen", 20.0)], speeds, eff, 250.0)
+    # A phase no run reached: what came before counts, and nothing is held on past its start.
+    assert ceiling(phases + [Phase("unseen", 20.0)], speeds, eff, 250.0)[0] == pytest.approx(best_time)
+    assert ceiling(phases[:2] + [Phase("unseen", 12.0)], speeds, eff, 250.0)[0] is None
+    assert predict(phases, {"fast": 20.0}, 1.0, 90.0) == pytest.approx(4.5)     # reached before its runs ended
+    assert predict(phases, {"fast": 20.0}, 1.0, 250.0) is None
 
 
 def test_the_table_sets_each_codecs_measured_time_beside_its_prediction_and_names_the_best_fixed_one():
@@ -83,6 +88,11 @@ def test_a_bad_bench_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([str(tmp_path), "--bench", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("compression_ceiling: cannot read the bench file")
+    for text in ("[1, 2]", '{"targets": [0.95]}', '{"rows": [{"seed": 0}]}'):
+        bad.write_text(text)
+        assert main([str(tmp_path), "--bench", str(bad)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not a JSON file of bench/bench_compression_efficiency.py" in err[0]
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_bench({"none": [250]})))
     assert main([str(tmp_path / "missing"), "--bench", str(good)]) == 2
