@@ -19,7 +19,8 @@ uses the codec with the most progress per second, knowing each phase's speeds in
 for free. No policy that chooses among these codecs can beat it by more than the model's error, so its
 factor over the best fixed policy bounds what adaptive compression can gain in this regime.
 
-Written as ceiling.md and ceiling.json into the first sweep folder. Hand-written (a piecewise-constant
+Written as ceiling.md, ceiling.json and ceiling.png (each codec's predicted progress against time, the
+ceiling's, the target and the measured times) into the first sweep folder. Hand-written (a piecewise-constant
 integral over the schedule's phases; no library models training progress per codec).
 """
 
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from pcnlab.errors import UsageError
+from pcnlab.analysis.compression_plots import plot_ceiling
 from pcnlab.analysis.compression_report import figures
 from pcnlab.analysis.measures import json_safe
 from pcnlab.analysis.results import run_folders
@@ -135,7 +137,9 @@ def table(rows: list[dict], benches: list[dict], target: float) -> dict:
                        "measured_s": float(np.mean(times)) if times else None,
                        "efficiency": eff.get(codec),
                        "predicted_s": predict(phases, speeds.get(codec, {}), eff[codec], needed)
-                       if codec in eff else None})
+                       if codec in eff else None,
+                       "progress_per_s": [eff[codec] * speeds[codec][p.name] if codec in eff and p.name in
+                                          speeds.get(codec, {}) else None for p in phases]})
     best_time, best = ceiling(phases, speeds, eff, needed)
     fixed = [c for c in codecs if c["predicted_s"] is not None]
     best_fixed = min(fixed, key=lambda c: c["predicted_s"]) if fixed else None
@@ -198,6 +202,7 @@ def main(argv=None) -> int:
     text = markdown(result)
     (folder / "ceiling.md").write_text(text + "\n")
     (folder / "ceiling.json").write_text(json.dumps(json_safe(result), indent=1))
+    plot_ceiling(result, folder / "ceiling.png")
     print(text)
     print(f"written to {folder}")
     return 0

@@ -1,5 +1,6 @@
 """The compression report's figures (compression_report.py computes what they show): the scaling
-factor against the payload reduction, and held-out accuracy against time per run."""
+factor against the payload reduction, held-out accuracy against time per run, and the compression
+ceiling's predicted progress per codec (compression_ceiling.py)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,59 @@ def plot_netsense(rows: list[dict], target: float, out: Path) -> Path:
     ax.set_ylim(0.5, 1.0)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _progress(starts: list[float], rates: list[float | None], until: float) -> tuple[list[float], list[float]]:
+    """The vertices of a piecewise-linear progress curve: rates per phase from `starts`, up to the first
+    phase without one or `until`."""
+    t, done = [0.0], [0.0]
+    for i, (start, rate) in enumerate(zip(starts, rates)):
+        if rate is None or start >= until:
+            break
+        end = min(starts[i + 1] if i + 1 < len(starts) else until, until)
+        t.append(end)
+        done.append(done[-1] + rate * (end - start))
+    return t, done
+
+
+def plot_ceiling(result: dict, out: Path) -> Path:
+    """Each codec's predicted progress (iterations' worth of none) against time, the ceiling's in black,
+    none's iterations to the target dashed, and each codec's measured mean time to it marked on that line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    starts = [p["from_s"] for p in result["phases"]]
+    times = [c[k] for c in result["codecs"] for k in ("predicted_s", "measured_s") if c.get(k)]
+    until = 1.25 * max(times + [result.get("ceiling_s") or 0.0, 1.0])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ax.plot(*_progress(starts, [p["progress_per_s"] for p in result["ceiling_phases"]], until), color="black",
+            lw=4, alpha=0.35, label="ceiling: the best codec in every phase")
+    for i, c in enumerate(x for x in result["codecs"] if x.get("efficiency") is not None):
+        colour = colours[i % len(colours)]
+        ax.plot(*_progress(starts, c["progress_per_s"], until), color=colour, lw=1.2,
+                label=f"{c['codec']} ({c['efficiency']:.2f} per iteration)")
+        if c.get("measured_s"):
+            ax.plot(c["measured_s"], result["none_iterations"], marker="o", color=colour, ms=5)
+    ax.axhline(result["none_iterations"], color="black", lw=0.8, ls="--")
+    for name, start in zip((p["name"] for p in result["phases"]), starts):
+        if 0 < start < until:
+            ax.axvline(start, color="grey", lw=0.5, alpha=0.5)
+            ax.text(start + 0.2, 0.02, name.rsplit(" @", 1)[0], transform=ax.get_xaxis_transform(), fontsize=6,
+                    color="dimgrey", rotation=90, va="bottom")
+    ax.set_xlim(0, until)
+    ax.set_ylim(0, 1.3 * result["none_iterations"])
+    ax.set_xlabel("seconds since the job started")
+    ax.set_ylabel("progress (iterations' worth of none)")
+    ax.set_title(f"predicted progress to {result['target']:.0%} (dots: measured mean times)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=7, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

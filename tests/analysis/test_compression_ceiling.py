@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pcnlab.errors import UsageError
+from pcnlab.analysis.compression_plots import _progress, plot_ceiling
 from pcnlab.analysis.compression_ceiling import (Phase, ceiling, efficiencies, main, phase_speeds, predict, table,
                                                  time_to)
 
@@ -69,7 +70,7 @@ def test_the_ceiling_takes_each_phases_best_codec_and_is_never_later_than_a_fixe
     assert predict(phases, {"fast": 20.0}, 1.0, 250.0) is None
 
 
-def test_the_table_sets_each_codecs_measured_time_beside_its_prediction_and_names_the_best_fixed_one():
+def test_the_table_sets_each_codecs_measured_time_beside_its_prediction_and_names_the_best_fixed_one(tmp_path):
     rows = [_run("none", [20, 2, 20], 14.0), _run("topk-0.005", [25, 18, 25], 15.0),
             _run("topk-0.005", [25, 18, 25], 17.0), _run("adaptive", [24, 18, 24], 11.0)]
     t = table(rows, [_bench({"none": [250], "topk-0.005": [416]})], 0.95)
@@ -80,6 +81,13 @@ def test_the_table_sets_each_codecs_measured_time_beside_its_prediction_and_name
     best_fixed = min(by["none"]["predicted_s"], by["topk-0.005"]["predicted_s"])
     assert t["factor"] == pytest.approx(best_fixed / t["ceiling_s"])
     assert t["factor"] > 1.0
+    assert plot_ceiling(t, tmp_path / "ceiling.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_progress_curve_bends_at_the_phases_and_stops_at_the_first_without_a_rate():
+    assert _progress([0.0, 5.0, 10.0], [10.0, 2.0, None], 20.0) == ([0.0, 5.0, 10.0], [0.0, 50.0, 60.0])
+    assert _progress([0.0, 5.0, 10.0], [10.0, 2.0, 4.0], 7.0) == ([0.0, 5.0, 7.0], [0.0, 50.0, 54.0])
+    assert _progress([0.0, 5.0], [10.0, 2.0], 12.0) == ([0.0, 5.0, 12.0], [0.0, 50.0, 64.0])
 
 
 def test_a_bad_bench_file_is_one_line_and_exit_2(tmp_path, capsys):
