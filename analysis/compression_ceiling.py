@@ -47,24 +47,29 @@ class Phase:
     from_s: float        # mean over the runs, seconds since the job started
 
 
+def iterations_to(bench: dict, target: float) -> dict[str, float]:
+    """One bench file's mean iterations to `target` per codec; a codec some seed never brought there is
+    left out, none must be there."""
+    if target not in [float(t) for t in bench.get("targets", [])]:
+        raise UsageError(f"a bench file has no target {target:g} (it has {bench.get('targets')}): "
+                         f"run bench/bench_compression_efficiency.py with --targets {target:g}")
+    per: dict[str, list[int | None]] = {}
+    for row in bench["rows"]:
+        per.setdefault(row["codec"], []).append(row.get(f"{target:g}"))
+    if "none" not in per:
+        raise UsageError("a bench file has no rows of none: run bench/bench_compression_efficiency.py, "
+                         "whose every run includes none")
+    reached = {c: float(np.mean(v)) for c, v in per.items() if v and None not in v}
+    if "none" not in reached:
+        raise UsageError(f"a bench file's none never reached {target:g}: no codec can be compared there")
+    return reached
+
+
 def efficiencies(benches: list[dict], target: float) -> dict[str, float]:
     """Learning per iteration against none at `target`, per codec (bench names), the mean over bench
     files; a codec some seed of a file never brought to the target is left out of that file's figures."""
     found: dict[str, list[float]] = {}
-    key = f"{target:g}"
-    for bench in benches:
-        if target not in [float(t) for t in bench.get("targets", [])]:
-            raise UsageError(f"a bench file has no target {target:g} (it has {bench.get('targets')}): "
-                             f"run bench/bench_compression_efficiency.py with --targets {target:g}")
-        per: dict[str, list[int | None]] = {}
-        for row in bench["rows"]:
-            per.setdefault(row["codec"], []).append(row.get(key))
-        reached = {c: float(np.mean(v)) for c, v in per.items() if v and None not in v}
-        if "none" not in per:
-            raise UsageError("a bench file has no rows of none: run bench/bench_compression_efficiency.py, "
-                             "whose every run includes none")
-        if "none" not in reached:
-            raise UsageError(f"a bench file's none never reached {target:g}: no codec can be compared there")
+    for reached in (iterations_to(bench, target) for bench in benches):
         for codec, iterations in reached.items():
             found.setdefault(codec, []).append(reached["none"] / iterations)
     return {codec: float(np.mean(v)) for codec, v in found.items()}
@@ -95,51 +100,56 @@ def time_to(rates: list[tuple[float, float]], needed: float, until: float = floa
     return None
 
 
-def _known(phases: list[Phase], has) -> tuple[list[Phase], float]:
-    """The phases up to the first without a figure (`has` false), and when that one begins (inf: none)."""
-    for i, p in enumerate(phases):
-        if not has(p):
-            return phases[:i], p.from_s
-    return phases, float("inf")
+def progress_rates(phases: list[Phase], speeds: dict[str, float], eff: float) -> list[float | None]:
+    """A codec's progress per second (iterations' worth of none) in each phase; None where its runs did
+    not reach."""
+    return [eff * speeds[p.name] if p.name in speeds else None for p in phases]
+
+
+def reach(phases: list[Phase], rates: list[float | None], needed: float) -> float | None:
+    """When progress at `rates` (per phase, from the first; a list shorter than `phases` ends where it
+    ends) reaches `needed`; None if not before the first phase without a rate (nothing is held on past its
+    start)."""
+    known = next((i for i, r in enumerate(rates) if r is None), len(rates))
+    until = phases[known].from_s if known < len(phases) else float("inf")
+    return time_to([(p.from_s, r) for p, r in zip(phases[:known], rates[:known])], needed, until)
 
 
 def predict(phases: list[Phase], speeds: dict[str, float], eff: float, needed: float) -> float | None:
     """A fixed codec's predicted time to the target; None if it is not reached before the first phase
     its runs did not reach."""
-    known, until = _known(phases, lambda p: p.name in speeds)
-    return time_to([(p.from_s, eff * speeds[p.name]) for p in known], needed, until)
+    return reach(phases, progress_rates(phases, speeds, eff), needed)
 
 
 def ceiling(phases: list[Phase], speeds: dict[str, dict[str, float]], eff: dict[str, float],
             needed: float) -> tuple[float | None, list[tuple[str, str, float]]]:
     """The best choice per phase, (phase, codec, progress per second), up to the first phase no codec with
     a bench figure has runs through, and its time to the target (None if not reached before that phase)."""
-    def options(p: Phase) -> list[tuple[float, str]]:
-        return [(eff[c] * s[p.name], c) for c, s in speeds.items() if c in eff and p.name in s]
-    known, until = _known(phases, lambda p: bool(options(p)))
+    rates = {c: progress_rates(phases, s, eff[c]) for c, s in speeds.items() if c in eff}
     best = []
-    for p in known:
-        rate, codec = max(options(p))
+    for i, p in enumerate(phases):
+        options = [(r[i], c) for c, r in rates.items() if r[i] is not None]
+        if not options:
+            break
+        rate, codec = max(options)
         best.append((p.name, codec, rate))
-    return time_to([(p.from_s, rate) for p, (_, _, rate) in zip(known, best)], needed, until), best
+    return reach(phases, [rate for _, _, rate in best], needed), best
 
 
 def table(rows: list[dict], benches: list[dict], target: float) -> dict:
     eff = efficiencies(benches, target)
-    needed = float(np.mean([np.mean([r[f"{target:g}"] for r in b["rows"] if r["codec"] == "none"])
-                            for b in benches]))
+    needed = float(np.mean([iterations_to(b, target)["none"] for b in benches]))
     phases, speeds = phase_speeds(rows)
     codecs = []
     for codec in dict.fromkeys(r["codec"] for r in rows):
         mine = [r for r in rows if r["codec"] == codec]
         times = [r["time_to_target_s"] for r in mine if r.get("time_to_target_s") is not None]
+        rates = progress_rates(phases, speeds.get(codec, {}), eff[codec]) if codec in eff else None
         codecs.append({"codec": codec, "runs": len(mine), "reached": len(times),
                        "measured_s": float(np.mean(times)) if times else None,
                        "efficiency": eff.get(codec),
-                       "predicted_s": predict(phases, speeds.get(codec, {}), eff[codec], needed)
-                       if codec in eff else None,
-                       "progress_per_s": [eff[codec] * speeds[codec][p.name] if codec in eff and p.name in
-                                          speeds.get(codec, {}) else None for p in phases]})
+                       "predicted_s": reach(phases, rates, needed) if rates is not None else None,
+                       "progress_per_s": rates if rates is not None else [None] * len(phases)})
     best_time, best = ceiling(phases, speeds, eff, needed)
     fixed = [c for c in codecs if c["predicted_s"] is not None]
     best_fixed = min(fixed, key=lambda c: c["predicted_s"]) if fixed else None
