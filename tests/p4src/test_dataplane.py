@@ -16,6 +16,7 @@ from pcnlab.controller.dataplane import PortMode
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
 K, K_PRE = 30, 8
+RACE_US = 5_000  # half the departure interval at the 100 packets/s of the pcn-host standing-queue test
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +204,12 @@ def test_pcn_host_marks_the_standing_queue_from_the_announcement_to_the_burst(ri
     bg = [r for r in recs if r["class"] == "background"]
     between = [r for r in bg if announced <= r["egress_us"] < arrived]
     assert len(between) >= 20 and all(r["ingress_us"] < announced for r in between)
-    assert all(r["in_window"] == (announced <= r["egress_us"] < arrived) for r in bg)
+    # BMv2's ingress thread opens and closes the window while its egress thread judges leaving packets:
+    # one leaving as the edge packet is taken in may see either side. The others must agree exactly.
+    clear = [r for r in bg if min(abs(r["egress_us"] - announced), abs(r["egress_us"] - arrived)) >= RACE_US]
+    wrong = [(r["egress_us"] - announced, r["egress_us"] - arrived, r["in_window"]) for r in clear
+             if r["in_window"] != (announced <= r["egress_us"] < arrived)]
+    assert len(bg) - len(clear) <= 4 and not wrong, wrong  # (µs after the announcement, after the burst)
     assert all(r["marked"] == (r["enq_qdepth"] >= (K_PRE if r["in_window"] else K)) for r in bg)
 
 
