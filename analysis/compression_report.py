@@ -141,10 +141,8 @@ def switch_ddl_bytes(run: RunData) -> float | None:
     None without counters or if a switch's could not be read."""
     if not run.counters or any(rows is None for rows in run.counters.values()):
         return None
-    monitors = {(ep["name"], int(p)) for ep in run._json("endpoints.json", []) for p, peer in ep["ports"].items()
-                if str(peer).startswith("m")}
     return float(sum(r["bytes"] for switch, rows in run.counters.items() for r in rows
-                     if r["class"] == "ddl" and r["counter"] == "tx" and (switch, r["port"]) not in monitors))
+                     if r["class"] == "ddl" and r["counter"] == "tx" and (switch, r["port"]) not in run.monitor_ports))
 
 
 def run_figures(run: RunData, target: float | None = None) -> dict:

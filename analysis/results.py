@@ -141,6 +141,13 @@ class RunData:
         return {name: rows if isinstance(rows, list) else None
                 for name, rows in self._json("counters.json", {}).items()}
 
+    @cached_property
+    def monitor_ports(self) -> set[tuple[str, int]]:
+        """(switch, port) of every port towards a monitor host (network.json's roles): telemetry, not traffic."""
+        monitors = set(self.network.get("roles", {}).get("monitor", []))
+        return {(switch, int(port)) for switch, info in self.network.get("switches", {}).items()
+                for port, peer in info.get("ports", {}).items() if peer in monitors}
+
     @property
     def name(self) -> str:
         return self.path.name

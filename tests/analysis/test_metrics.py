@@ -94,11 +94,13 @@ def test_counters_are_read_once_and_what_each_reader_takes_from_them(tmp_path):
           row(1, "ddl", "lost", 7), row(1, "background", "to_queue", 10), row(1, "background", "tx", 10, 15_000),
           row(3, "ddl", "tx", 5, 700)]
     (tmp_path / "counters.json").write_text(json.dumps({"s1": s1}))
-    (tmp_path / "endpoints.json").write_text(json.dumps([{"name": "s1", "ports": {"1": "h1", "3": "m1"}}]))
+    (tmp_path / "network.json").write_text(json.dumps({"roles": {"hosts": ["h1"], "monitor": ["m1"]},
+                                                       "switches": {"s1": {"ports": {"1": "h1", "3": "m1"}}}}))
     run = RunData(tmp_path)
     assert random_loss(run) == [{"switch": "s1", "port": 1, "class": "ddl", "packets": 7}]
     assert full_queue_drops(run, ("s1", 1)) == {"ddl": 6, "background": 0}
     assert full_queue_drops(run, None) == {} and full_queue_drops(run, ("s9", 1)) == {}
+    assert run.monitor_ports == {("s1", 3)} and RunData(tmp_path / "nothing").monitor_ports == set()
     assert switch_ddl_bytes(run) == 90_000                      # the monitor port m1 left out
     (tmp_path / "counters.json").write_text(json.dumps({"s1": s1, "s2": {"error": "thrift timed out"}}))
     run = RunData(tmp_path)
