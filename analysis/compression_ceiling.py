@@ -26,7 +26,6 @@ integral over the schedule's phases; no library models training progress per cod
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pcnlab.analysis.compression_plots import plot_ceiling
 from pcnlab.analysis.compression_report import figures
 from pcnlab.analysis.measures import json_safe
 from pcnlab.analysis.results import run_folders
+from pcnlab.cmdline import OneLineParser, fraction
 
 
 @dataclass(frozen=True)
@@ -177,12 +177,12 @@ def markdown(t: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pcnlab.analysis.compression_ceiling",
+    parser = OneLineParser(prog="python -m pcnlab.analysis.compression_ceiling",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("path", type=Path, nargs="+", help="sweep folders of one regime (their runs are pooled)")
     parser.add_argument("--bench", type=Path, nargs="+", required=True,
                         help="bench/bench_compression_efficiency.py's JSON files for the runs' model")
-    parser.add_argument("--target", type=float, default=0.95)
+    parser.add_argument("--target", type=fraction, default=0.95)
     parser.add_argument("--include-untrusted", action="store_true")
     args = parser.parse_args(argv)
     try:

@@ -24,7 +24,6 @@ link rate).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -36,6 +35,7 @@ from pcnlab.errors import UsageError
 from pcnlab.analysis.compression_plots import plot_netsense, plot_scaling
 from pcnlab.analysis.measures import json_safe
 from pcnlab.analysis.results import RunData, run_folders
+from pcnlab.cmdline import OneLineParser, fraction, non_negative
 
 KNEE_TOLERANCE = 0.05
 
@@ -316,12 +316,12 @@ def _sweep_dir(path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pcnlab.analysis.compression_report", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m pcnlab.analysis.compression_report", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     ns = sub.add_parser("netsense")
     ns.add_argument("path", type=Path, nargs="+")
-    ns.add_argument("--target", type=float, default=0.9)
-    ns.add_argument("--at-s", type=float, nargs="+", default=None,
+    ns.add_argument("--target", type=fraction, default=0.9)
+    ns.add_argument("--at-s", type=non_negative, nargs="+", default=None,
                     help="seconds since the job started at which to compare accuracy (default: when the first "
                          "point reached the target, and the longest time every run covers)")
     ns.add_argument("--include-untrusted", action="store_true")

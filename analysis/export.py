@@ -51,7 +51,10 @@ def export_parquet(path: Path | str, out: Path | str, say=print) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file; --parquet takes a folder to write the tables into")
     runs, metrics = load_results(path)     # a one-line UsageError for a missing or empty folder
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make {out} ({exc.strerror}); give --parquet a folder you can write") from None
     written = []
     for table in TABLES:
         parts = [getattr(run, table).assign(run=run.name) for run in runs]

@@ -229,7 +229,11 @@ def write_view(path: Path | str, out: Path | str | None = None, decimation: Deci
         raise UsageError(f"{target.parent} is not a folder; give --out a file in an existing folder")
     views = [run_view(RunData(p), decimation) for p in runs]
     title = runs[0].name if len(runs) == 1 else f"{runs[0].parent.parent.name}/{runs[0].parent.name}"
-    target.write_text(render(views, f"pcnlab view: {title}"), encoding="utf-8")
+    try:
+        target.write_text(render(views, f"pcnlab view: {title}"), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {target} ({exc.strerror}); "
+                         "give --out a file in a folder you can write") from None
     give_back(target)   # written under sudo: the invoking user's, like the rest of the run
     records = sum(p.records for v in views for p in v.ports)
     drawn = sum(p.drawn for v in views for p in v.ports)

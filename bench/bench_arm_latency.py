@@ -6,7 +6,6 @@ scheduler writes it), p50 and p99 over N writes, each followed by its delete.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -19,11 +18,12 @@ from pcnlab.controller.program import P4Program
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology
+from pcnlab.cmdline import OneLineParser, count
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--writes", type=int, default=500)
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--writes", type=count, default=500)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp, RunFolder.create(Path(tmp), "bench-arm", "star") as run:

@@ -20,7 +20,6 @@ One process, one thread; about a minute.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.models import Task, build_model, compute_gradients, evaluate
 from pcnlab.workloads.netsense import LADDER
 from pcnlab.workloads.training import flat, unflatten_into
+from pcnlab.cmdline import OneLineParser, count, fraction, positive
 
 
 BASELINES = (("none", Codec("none"), True), ("topk-0.01-no-ef", Codec("topk", 0.01), False),
@@ -85,14 +85,14 @@ def first_reaching(curve: list[tuple[int, float]], target: float) -> int | None:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=600)
-    parser.add_argument("--targets", type=float, nargs="+", default=[0.85, 0.90, 0.93])
-    parser.add_argument("--lr", type=float, default=0.2)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--every", type=int, default=5)
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=count, default=2)
+    parser.add_argument("--seeds", type=count, default=3)
+    parser.add_argument("--iterations", type=count, default=600)
+    parser.add_argument("--targets", type=fraction, nargs="+", default=[0.85, 0.90, 0.93])
+    parser.add_argument("--lr", type=positive, default=0.2)
+    parser.add_argument("--batch", type=count, default=32)
+    parser.add_argument("--every", type=count, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--model", default="digits-mlp", choices=["digits-mlp", "digits-cnn"])
     parser.add_argument("--baselines", action="store_true", help="NetSenseML's fixed policies, not the ladder")

@@ -14,7 +14,6 @@ arrives per second is the rate. Goal (issue 12): pcn / plain >= 0.9.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcnlab.experiments.calibrate import one_switch, udp_pps
+from pcnlab.cmdline import OneLineParser, count, positive
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,10 @@ def _spread(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--offered", type=float, default=40_000, help="offered packets/s (above capacity)")
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=positive, default=5)
+    parser.add_argument("--rounds", type=count, default=6)
+    parser.add_argument("--offered", type=positive, default=40_000, help="offered packets/s (above capacity)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     samples: dict[str, list[float]] = {v.name: [] for v in VARIANTS}

@@ -12,7 +12,6 @@ fidelity.json / summary.json parse. Prints one line per run and the totals.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -26,6 +25,7 @@ from pathlib import Path
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.ledger import LedgerData, is_running
 from pcnlab.topologies import control_ports
+from pcnlab.cmdline import OneLineParser, count, natural
 
 SPEC = """
 name: faults
@@ -114,9 +114,9 @@ def one_run(spec: Path, results: Path, rng: random.Random) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--faults", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--faults", type=count, default=50)
+    parser.add_argument("--seed", type=natural, default=1)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="pcnlab-faults-"))

@@ -20,7 +20,6 @@ armed at least 5 ms (a P4Runtime write) before the burst; the lead is fixed at 2
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
@@ -30,6 +29,7 @@ from pcnlab.controller.bursts import BurstReport
 from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner, open_intervals, union_us
+from pcnlab.cmdline import OneLineParser, count
 
 PERIOD_US = 100_000
 T0 = 5_000_000
@@ -132,8 +132,8 @@ def print_report(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reports", type=int, default=2000)
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=count, default=2000)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     result = run(args.reports)

@@ -10,7 +10,6 @@ gap between ping replies around each kill. Prints every hole and p50 / p95 / max
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -26,12 +25,13 @@ from pcnlab.controller.program import P4Program
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology
+from pcnlab.cmdline import OneLineParser, count, positive
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--restarts", type=int, default=20)
-    parser.add_argument("--every", type=float, default=4.0, help="seconds between kills")
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--restarts", type=count, default=20)
+    parser.add_argument("--every", type=positive, default=4.0, help="seconds between kills")
     args = parser.parse_args()
     with RunFolder.create(Path(tempfile.mkdtemp(prefix="pcnlab-recovery-")), "recovery", "bench") as run:
         with PcnNetwork(make_topology("dumbbell", left=2, right=1), run.path, run.ledger,

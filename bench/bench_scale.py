@@ -12,12 +12,12 @@ CPU (p95), trusted or not and why. Stops growing after the first size that is no
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from pcnlab.cmdline import OneLineParser, positive
 
 SPEC = """
 name: scale
@@ -63,9 +63,9 @@ def run_size(leaves: int, spines: int, hosts: int, duration: float, results: Pat
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2x2x4,4x2x4,6x3x4,8x4x4", help="LEAVESxSPINESxHOSTS_PER_LEAF, ...")
-    parser.add_argument("--duration", type=float, default=25.0)
+    parser.add_argument("--duration", type=positive, default=25.0)
     parser.add_argument("--results", type=Path, default=None)
     args = parser.parse_args()
     results = args.results or Path(tempfile.mkdtemp(prefix="pcnlab-scale-"))

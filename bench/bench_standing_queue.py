@@ -8,11 +8,11 @@ queue of the background alone (the second before the first iteration) against th
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
+from pcnlab.cmdline import OneLineParser, natural
 
 ALONE_US, BEFORE_US = 1_000_000, 500_000
 
@@ -31,10 +31,10 @@ def standing(run: Path, switch: str, port: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep", type=Path, help="a sweep folder (its runs' subfolders hold iterations.csv)")
     ap.add_argument("--switch", default="s1")
-    ap.add_argument("--port", type=int, default=1, help="the bottleneck port (the PS's: 1)")
+    ap.add_argument("--port", type=natural, default=1, help="the bottleneck port (the PS's: 1)")
     args = ap.parse_args(argv)
     runs = sorted(p.parent for p in args.sweep.glob("*/iterations.csv"))
     if not runs:

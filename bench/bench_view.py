@@ -14,7 +14,6 @@ after it (its plots are drawn in the first). Each is the median of `--loads` fre
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from pcnlab.chromium import Page
 from pcnlab.analysis.view import write_view
+from pcnlab.cmdline import OneLineParser, count, natural
 
 DRAWN = """new Promise(done => {
   const ready = () => window.Bokeh !== undefined && Bokeh.documents.length > 0 && Bokeh.documents[0].roots().length > 0;
@@ -32,11 +32,11 @@ DRAWN = """new Promise(done => {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("run")
-    ap.add_argument("--loads", type=int, default=3)
+    ap.add_argument("--loads", type=count, default=3)
     ap.add_argument("--screenshot", help="a PNG of the view jumped to --iteration")
-    ap.add_argument("--iteration", type=int, default=10)
+    ap.add_argument("--iteration", type=natural, default=10)
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="pcnlab-view-")) / "view.html"
     started = time.monotonic()

@@ -21,7 +21,6 @@ background's state carries from one window to the next. Hand-written: no library
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from pcnlab.analysis.results import RunData, load_run, on_port
 from pcnlab.controller.lead import LeadConfig, LeadTracker
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.errors import UsageError
+from pcnlab.cmdline import OneLineParser, count, non_negative
 
 WARM = 20          # iterations 5-19: the chain and G still settling; 20 on: steady
 BINS_MS = (0, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 70, 80, 90, 100, 115, 130, 160, 200, 10_000)
@@ -99,12 +99,12 @@ def simulate(make, table: pd.DataFrame, first: list[int], period_us: float, iter
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="pcn run folders (mode=pcn...)")
-    parser.add_argument("--fixed", nargs="*", type=float, default=[], help="fixed leads to compare (ms)")
+    parser.add_argument("--fixed", nargs="*", type=non_negative, default=[], help="fixed leads to compare (ms)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="a LeadConfig field for the chooser (e.g. tolerance=0)")
-    parser.add_argument("--runs", dest="count", type=int, default=400, help="simulated runs per rule")
+    parser.add_argument("--runs", dest="count", type=count, default=400, help="simulated runs per rule")
     args = parser.parse_args()
     runs = []
     for path in dict.fromkeys(run.resolve() for run in args.runs):   # a `latest` link names a run twice
@@ -119,8 +119,6 @@ def main() -> None:
     if not table.open_ms.gt(0).any() or not first:
         parser.error("these runs have no covered iteration start from iteration 5 on, or no uncovered one: "
                      "give the folders of pcn runs (mode=pcn...)")
-    if args.count < 1:
-        parser.error(f"--runs {args.count}: simulate at least one run")
     fields = {f.name: f.type for f in dataclasses.fields(LeadConfig)}
     changes = {}
     for item in args.set:

@@ -17,7 +17,6 @@ start meets the standing queue and the windows come back).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import sys
@@ -28,6 +27,7 @@ import pandas as pd
 from pcnlab.controller.bursts import BurstKey, BurstReport
 from pcnlab.controller.core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner
+from pcnlab.cmdline import OneLineParser, natural, non_negative
 
 LEARNING = 5  # as the analysis: a model's first iterations are left out of "after learning"
 
@@ -61,11 +61,11 @@ def replay_run(run: Path, switch: str, port: int, rate_pps: float, write_us: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a run folder (events.jsonl, iterations.csv, metrics.json)")
     ap.add_argument("--switch", help="default: the run's bottleneck")
-    ap.add_argument("--port", type=int, help="default: the run's bottleneck")
-    ap.add_argument("--write-ms", type=float, default=3.0, help="a window counts if armed this long before (3)")
+    ap.add_argument("--port", type=natural, help="default: the run's bottleneck")
+    ap.add_argument("--write-ms", type=non_negative, default=3.0, help="a window counts if armed this long before (3)")
     args = ap.parse_args(argv)
     needed = [args.run / f for f in ("events.jsonl", "iterations.csv", "metrics.json")]
     if not all(f.is_file() for f in needed):

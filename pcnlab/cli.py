@@ -8,7 +8,18 @@ import signal
 import sys
 from pathlib import Path
 
+from pcnlab.cmdline import OneLineParser, count, natural, non_negative, positive
 from pcnlab.errors import PcnLabError, UsageError
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`kill`, a timeout, or a job run in the background, where Ctrl-C's SIGINT is ignored)
+    stops a command that starts a network the way Ctrl-C does: what it started removed, results kept."""
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _cmd_doctor(args) -> int:
@@ -54,6 +65,7 @@ def _cmd_slice(args) -> int:
 
     options = NetworkOptions(switch=args.switch, packet_log=args.packet_log, pcap=args.pcap,
                              grpc_base_port=args.grpc_base_port, thrift_base_port=args.thrift_base_port)
+    _stop_on_sigterm()
     result = run_slice(args.topology, options, Path(args.results), cli=args.cli)
     return 0 if result.received == result.sent else 1
 
@@ -63,10 +75,6 @@ def _cmd_controller(args) -> int:
 
     run_standalone(Path(args.topology), args.mode, args.k, args.k_pre, Path(args.events) if args.events else None)
     return 0
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _cmd_run(args) -> int:
@@ -89,9 +97,7 @@ def _cmd_run(args) -> int:
     from pcnlab.toolchain import require_root
 
     require_root()
-    # SIGTERM (`kill`, or a job run in the background, where Ctrl-C's SIGINT is ignored) stops a sweep
-    # the way Ctrl-C does: the run marked aborted, what it started removed, earlier runs intact.
-    signal.signal(signal.SIGTERM, _interrupt)
+    _stop_on_sigterm()  # the run marked aborted, earlier runs intact
     outcomes = ExperimentRunner(experiment, Path(args.results)).run_all()
     failed = [o for o in outcomes if o.status != "finished"]
     return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
@@ -101,9 +107,8 @@ def _cmd_calibrate(args) -> int:
     from pcnlab.experiments.calibrate import calibrate
     from pcnlab.toolchain import require_root
 
-    if args.max_workers < 0 or args.seconds <= 0 or args.rate <= 0:
-        raise UsageError("--max-workers must be 0 or more, --seconds and --rate above 0")
     require_root()
+    _stop_on_sigterm()
     calibrate(Path(args.results), rate_mbps=args.rate, max_workers=args.max_workers, seconds=args.seconds,
               compute_ms=args.compute_ms, out=Path(args.out) if args.out else None)
     return 0
@@ -157,7 +162,7 @@ def _cmd_view(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pcnlab", description="PCN Lab: P4/Mininet testbed for DDL traffic")
+    parser = OneLineParser(prog="pcnlab", description="PCN Lab: P4/Mininet testbed for DDL traffic")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the controller does")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -192,12 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("calibrate", help="measure what this machine sustains: packets/s through one BMv2 "
                        "switch, its idle lag, PyTorch workers beside it (a few minutes)")
-    p.add_argument("--rate", type=float, default=20.0, help="the port rate the workers step checks, Mbit/s "
+    p.add_argument("--rate", type=positive, default=20.0, help="the port rate the workers step checks, Mbit/s "
                    "(default: 20)")
-    p.add_argument("--max-workers", type=int, default=6, help="most PyTorch workers to try (default: 6)")
-    p.add_argument("--compute-ms", type=float, default=0.0, help="the workers' compute_ms (default: 0, as "
+    p.add_argument("--max-workers", type=natural, default=6, help="most PyTorch workers to try (default: 6)")
+    p.add_argument("--compute-ms", type=non_negative, default=0.0, help="the workers' compute_ms (default: 0, as "
                    "fast as they go)")
-    p.add_argument("--seconds", type=float, default=3.0, help="length of each load step (default: 3)")
+    p.add_argument("--seconds", type=positive, default=3.0, help="length of each load step (default: 3)")
     p.add_argument("--out", help="calibration file (default: $PCNLAB_CALIBRATION or /var/lib/pcnlab/calibration.json)")
     p.add_argument("--results", default="results", help="where the steps' run folders go (default: results)")
     p.set_defaults(func=_cmd_calibrate)
@@ -223,10 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("queues", help="a run's switch queue log, zoomed on an iteration")
     p.add_argument("dir", help="a run folder")
     p.add_argument("--switch", help="switch (default: the bottleneck's)")
-    p.add_argument("--port", type=int, help="port (default: where DDL queued most)")
-    p.add_argument("--around-iteration", type=int, help="print and plot the records around DDL iteration N")
-    p.add_argument("--margin-ms", type=float, default=20.0, help="how much before and after the burst (ms)")
-    p.add_argument("--rows", type=int, default=60, help="rows to print at most")
+    p.add_argument("--port", type=natural, help="port (default: where DDL queued most)")
+    p.add_argument("--around-iteration", type=natural, help="print and plot the records around DDL iteration N")
+    p.add_argument("--margin-ms", type=non_negative, default=20.0, help="how much before and after the burst (ms)")
+    p.add_argument("--rows", type=count, default=60, help="rows to print at most")
     p.set_defaults(func=_cmd_queues)
 
     p = sub.add_parser("view", help="one self-contained HTML file to look at a run (or a sweep's runs side by "
@@ -241,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", required=True, help="the folder of a running network: a run in progress "
                    "(its config.yaml gives classes, burst detection, telemetry) or a slice (its endpoints.json)")
     p.add_argument("--mode", help="droptail, ecn, pcn, pcn-host (default: the run's; ecn for a slice)")
-    p.add_argument("--k", type=int, help="ECN threshold K, packets (default: the run's; 40 for a slice)")
-    p.add_argument("--k-pre", type=int, help="PCN threshold K_pre, packets (default: the run's; 10 for a slice)")
+    p.add_argument("--k", type=natural, help="ECN threshold K, packets (default: the run's; 40 for a slice)")
+    p.add_argument("--k-pre", type=natural, help="PCN threshold K_pre, packets (default: the run's; 10 for a slice)")
     p.add_argument("--events", help="event log path (default: in the run folder)")
     p.set_defaults(func=_cmd_controller)
     return parser

@@ -279,6 +279,7 @@ class PcnNetwork:
     def stop(self) -> None:
         try:
             if self.net is not None:
+                self._end_interrupted_commands()
                 self._save_pacing()
                 self.net.stop()
                 self.net = None
@@ -287,6 +288,15 @@ class PcnNetwork:
                 control_ports.remove(self._nft_table)
                 self._nft_table = None
             self._release_lock()
+
+    def _end_interrupted_commands(self) -> None:
+        """A node's command interrupted while `cmd` waited on it (Ctrl-C, or SIGTERM as Ctrl-C) leaves
+        its shell waiting, and Mininet's stop then fails on that node: interrupt the command in its
+        shell too, and read what it printed up to the shell's prompt."""
+        for node in self.net.hosts + self.net.switches:
+            if node.shell and node.waiting:
+                node.sendInt()
+                node.waitOutput()
 
     def _save_pacing(self) -> None:
         """What each paced host's bucket did (`tc -s`: sent, dropped, overlimits, backlog), in

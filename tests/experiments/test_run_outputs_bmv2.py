@@ -143,6 +143,9 @@ def test_export_writes_the_results_tables_as_parquet(finished, tmp_path):
     assert len(events) == len((run / "events.jsonl").read_text().splitlines())
     iterations = pd.read_parquet(out / "iterations.parquet")
     assert set(iterations["role"]) == {"worker", "ps"} and iterations["iter"].max() >= 5
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(results / "owned"), "--parquet",
+                           "/proc/parquet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "cannot make /proc/parquet" in proc.stderr
     assert len(pd.read_parquet(out / "flows.parquet")) > 0
     assert len(pd.read_parquet(out / "iteration_table.parquet")) == len(pd.read_csv(run / "iterations.csv"))
     metrics = pd.read_parquet(out / "metrics.parquet")

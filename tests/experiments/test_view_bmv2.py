@@ -107,3 +107,11 @@ def test_an_untrusted_run_says_so_at_the_top(viewed_sweep, tmp_path):
         assert page.errors == [], page.errors
     trusted = _view(viewed_sweep / "latest" / "mode=ecn", tmp_path / "trusted.html").read_text()
     assert "UNTRUSTED" not in trusted
+
+
+def test_a_view_that_cannot_be_written_is_one_line(viewed_sweep):
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "view", str(viewed_sweep / "latest" / "mode=ecn"),
+                           "--out", "/proc/view.html"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == ["pcnlab: cannot write /proc/view.html (No such file or directory); "
+                                        "give --out a file in a folder you can write"]
