@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from pcnlab.cmdline import OneLineParser, count, natural, non_negative, positive
+from pcnlab.cmdline import OneLineParser, count, natural, non_negative, positive, tcp_port
 from pcnlab.errors import PcnLabError, UsageError
 
 
@@ -181,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--switch", default="bmv2", help="bmv2 or bridge (default: bmv2)")
     p.add_argument("--packet-log", action="store_true", help="write BMv2's per-packet log (slow)")
     p.add_argument("--pcap", action="store_true", help="write a pcap per switch port")
-    p.add_argument("--grpc-base-port", type=int, help="s<N> serves P4Runtime on this port + N - 1")
-    p.add_argument("--thrift-base-port", type=int, help="s<N> serves thrift on this port + N - 1")
+    p.add_argument("--grpc-base-port", type=tcp_port, help="s<N> serves P4Runtime on this port + N - 1")
+    p.add_argument("--thrift-base-port", type=tcp_port, help="s<N> serves thrift on this port + N - 1")
     p.add_argument("--results", default="results", help="results folder (default: results)")
     p.add_argument("--cli", action="store_true", help="then open Mininet's CLI (exit it to stop)")
     p.set_defaults(func=_cmd_slice)

@@ -53,3 +53,8 @@ def non_negative(text: str) -> float:
 def fraction(text: str) -> float:
     """Above 0 and at most 1 (an accuracy target)."""
     return _number(text, float, "a fraction above 0 and at most 1 (e.g. 0.95)", lambda v: 0 < v <= 1)
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port number, 1-65535."""
+    return _number(text, int, "a TCP port (1-65535)", lambda v: 0 < v < 65536)

@@ -25,7 +25,7 @@ from typing import Callable, Collection
 
 from mininet.node import Switch
 
-from pcnlab.errors import PcnLabError, PortInUse
+from pcnlab.errors import PcnLabError, PortInUse, UsageError
 from pcnlab.toolchain import Bmv2Build, bmv2_build
 
 
@@ -172,6 +172,9 @@ class Bmv2Switch(Switch):
 
     def _require_free_ports(self) -> None:
         for label, port in (("gRPC", self.grpc_port), ("thrift", self.thrift_port)):
+            if not 0 < port < 65536:
+                raise UsageError(f"{self.name}: {label} port {port} is not a TCP port (1-65535); choose a base "
+                                 "port so that base + the number of switches - 1 is at most 65535")
             if not port_is_free(port):
                 raise PortInUse(
                     f"{self.name}: {label} port {port} is in use; choose another base port or free it "

@@ -10,18 +10,19 @@ import sys
 import pytest
 
 from conftest import ROOT
-from pcnlab.cmdline import OneLineParser, count, fraction, natural, non_negative, positive
+from pcnlab.cmdline import OneLineParser, count, fraction, natural, non_negative, positive, tcp_port
 
 
 def test_numbers_in_range_are_taken():
-    assert (count("3"), natural("0"), positive("0.5"), non_negative("0"), fraction("1")) == (3, 0, 0.5, 0.0, 1.0)
+    assert (count("3"), natural("0"), positive("0.5"), non_negative("0"), fraction("1"), tcp_port("65535")) == \
+        (3, 0, 0.5, 0.0, 1.0, 65535)
     assert isinstance(count("3"), int) and isinstance(positive("2"), float)
 
 
 @pytest.mark.parametrize("kind, text", [
     (count, "0"), (count, "-1"), (count, "1.5"), (count, "x"), (natural, "-1"), (positive, "0"),
     (positive, "nan"), (positive, "inf"), (non_negative, "-0.1"), (non_negative, "nan"), (fraction, "0"),
-    (fraction, "1.01"), (fraction, "95"), (fraction, "-inf")])
+    (fraction, "1.01"), (fraction, "95"), (fraction, "-inf"), (tcp_port, "0"), (tcp_port, "65536")])
 def test_numbers_out_of_range_or_not_finite_are_refused_naming_the_value(kind, text):
     with pytest.raises(argparse.ArgumentTypeError, match=f"^'{text}' is not "):
         kind(text)
@@ -45,7 +46,8 @@ def test_the_commands_refuse_bad_numbers_in_one_line_and_leave_earlier_results(t
         ["-m", "pcnlab.cli"],                                          # no command at all
         ["-m", "pcnlab.cli", "queues", str(sweep), "--margin-ms", "nan"],  # was a traceback
         ["-m", "pcnlab.cli", "queues", str(sweep), "--rows", "0"],
-        ["-m", "pcnlab.cli", "calibrate", "--seconds", "nan"],           # was a calibration that never ended
+        ["-m", "pcnlab.cli", "calibrate", "--seconds", "nan"],           # was a calibration still going at 60 s
+        ["-m", "pcnlab.cli", "slice", "--grpc-base-port", "70000"],      # was a traceback
         ["-m", "pcnlab.analysis.compression_report", "netsense", str(sweep), "--target", "7"],  # was a report
         ["-m", "pcnlab.analysis.compression_ceiling", str(sweep), "--bench", "b.json", "--target", "-1"],
         [str(ROOT / "bench" / "bench_compression_efficiency.py"), "--seeds", "-1"],            # was exit 0
