@@ -13,10 +13,9 @@ from pcnlab.analysis.results import RunData, on_port, run_folders
 
 
 def _iterations_at(run: RunData, port: tuple[str, int]) -> pd.DataFrame:
-    saved = run.path / "iterations.csv"
     neck = run.metrics.get("bottleneck") or {}
-    if saved.exists() and saved.stat().st_size > 0 and (neck.get("switch"), neck.get("port")) == port:
-        return pd.read_csv(saved)
+    if not run.iteration_table.empty and (neck.get("switch"), neck.get("port")) == port:
+        return run.iteration_table
     attributed = it.attribute(run.queue, run.iterations, run.jobs)
     return it.per_iteration(attributed, run.queue, port, run.port_rates.get(port), run.telemetry_every,
                             it.min_payloads(run.jobs))

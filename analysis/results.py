@@ -20,7 +20,8 @@ switch-clock times. Reading never changes a run folder and never re-runs anythin
 
 The controller's and the workloads' JSON-lines logs follow one schema (pcnlab/jsonlines.py: every line
 has `type` and `host_ns`, the first is the anchor with `wall_time`). A run folder written before that
-schema is refused with one line naming the file (UsageError), not read wrongly.
+schema is refused with one line naming the file (UsageError), not read wrongly; so is a file that cannot
+be read as its kind (damaged JSON, YAML or CSV, or a queue log without its columns), saying what to do.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from pcnlab.jsonlines import ITERATION, ITERATION_FIELDS, Iteration, read_json_l
 from pcnlab.status import STATUS_FILE, is_run_folder, read_status
 
 IDENTITY = ("job", "role", "rank", "host")   # who logged an iteration (its log's anchor)
+DERIVED = ("metrics.json", "fidelity.json", "iterations.csv")   # analysis writes them: --recompute again
+QUEUE_LOG_NEEDS = ("host_ns", "switch", "seq", "port", "ingress_us", "egress_us")   # what reading them uses
 CLOCK_WINDOW_US = 1_000_000   # the lower envelope is taken per second of switch time
 
 
@@ -107,16 +110,37 @@ class RunData:
 
     # --- small files ---------------------------------------------------------------------------
 
+    def _damaged(self, path: Path, problem: str) -> UsageError:
+        """The one line for a file of this run that cannot be read as its kind (a copy cut short, an
+        edit): which file, what is wrong, and what to do."""
+        todo = (f"`pcnlab report --recompute {self.path}` writes it again" if path.name in DERIVED else
+                "this run's own record is damaged: run it again, or leave its folder out")
+        return UsageError(f"{path}: {problem}; {todo}")
+
     def _json(self, name: str, default):
         p = self.path / name
-        return json.loads(p.read_text()) if p.exists() else default
+        if not p.exists():
+            return default
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise self._damaged(p, f"not readable as JSON ({exc})") from None
+        if not isinstance(data, type(default)):
+            raise self._damaged(p, f"a JSON {type(data).__name__}, not the {type(default).__name__} it should be")
+        return data
 
     @cached_property
     def config(self) -> dict:
         p = self.path / "config.yaml"
         if not p.exists():
             return {}
-        return yaml.safe_load(p.read_text()) or {}
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise self._damaged(p, f"not readable as YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise self._damaged(p, "not a mapping of the run's settings")
+        return data
 
     @cached_property
     def status(self) -> dict:
@@ -175,7 +199,17 @@ class RunData:
         p = self.path / "iterations.csv"
         if not p.exists() or p.stat().st_size == 0:
             return pd.DataFrame()
-        return pd.read_csv(p)
+        return self._csv(p, ("job", "iteration"))
+
+    def _csv(self, path: Path, needs: tuple[str, ...]) -> pd.DataFrame:
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, ValueError) as exc:   # pandas' ParserError and UnicodeDecodeError are ValueErrors
+            raise self._damaged(path, f"not readable as CSV ({str(exc).splitlines()[0]})") from None
+        missing = [c for c in needs if c not in frame.columns]
+        if missing:
+            raise self._damaged(path, f"no column {', '.join(missing)}")
+        return frame
 
     @cached_property
     def port_rates(self) -> dict[tuple[str, int], int]:
@@ -204,7 +238,7 @@ class RunData:
         for p in sorted(self.path.glob("queue-s*.csv")):
             if p.stat().st_size == 0:
                 continue
-            frame = pd.read_csv(p)
+            frame = self._csv(p, QUEUE_LOG_NEEDS)
             if not frame.empty:
                 parts.append(frame)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
