@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pcnlab.errors import UsageError
 from pcnlab.files import give_back
 from pcnlab.ledger import RunLedger
 from pcnlab.status import write_status
@@ -31,7 +32,11 @@ class RunFolder:
         stamp = stamp or timestamp()
         path = (Path(results_root) / experiment / stamp / run).resolve()
         made = [p for p in (path, *path.parents) if not p.exists()]
-        path.mkdir(parents=True, exist_ok=False)
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            raise UsageError(f"cannot make the run folder {path} ({exc.strerror}); give --results a folder "
+                             "you can write") from None
         owned = [made[-1]]
         latest = path.parent.parent / "latest"
         if latest.is_symlink() or not latest.exists():

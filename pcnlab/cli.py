@@ -104,13 +104,19 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
+    from pcnlab.calibration import calibration_path
     from pcnlab.experiments.calibrate import calibrate
+    from pcnlab.files import writable
     from pcnlab.toolchain import require_root
 
+    out = Path(args.out) if args.out else calibration_path()
+    why = writable(out)
+    if why:
+        raise UsageError(f"cannot write the calibration to {out} ({why}); give --out a file you can write")
     require_root()
     _stop_on_sigterm()
     calibrate(Path(args.results), rate_mbps=args.rate, max_workers=args.max_workers, seconds=args.seconds,
-              compute_ms=args.compute_ms, out=Path(args.out) if args.out else None)
+              compute_ms=args.compute_ms, out=out)
     return 0
 
 

@@ -28,6 +28,24 @@ def write_atomic(path: str | Path, text: str) -> None:
         raise
 
 
+def writable(path: str | Path) -> str | None:
+    """Why `path` could not be written later (its folders made as needed), or None: asked before long
+    work, so that what it measures is not lost at the end. Probes the nearest folder that exists with a
+    temporary file (root passes every permission check, but not a read-only or virtual file system)."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a folder"
+    folder = next(p for p in path.parents if p.exists())
+    if not folder.is_dir():
+        return f"{folder} is a file"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"{folder}: {exc.strerror}"
+    return None
+
+
 def write_json(path: str | Path, data: Any, **dumps: Any) -> None:
     """`json.dumps(data, **dumps)` (indent 1 unless given), written atomically, with a final newline."""
     write_atomic(path, json.dumps(data, **{"indent": 1, **dumps}) + "\n")

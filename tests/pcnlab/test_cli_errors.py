@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_bmv2, needs_root
+from conftest import ROOT, needs_bmv2, needs_root
 
 PCNLAB = [sys.executable, "-m", "pcnlab.cli"]
 
@@ -89,3 +89,19 @@ def test_view_of_nothing_is_one_line(tmp_path):
     assert_one_line_error(proc, "no runs under", code=2)
     proc = run_pcnlab(["view", str(tmp_path), "--bins", "3"])
     assert_one_line_error(proc, "--bins 3: give at least 100", code=2)
+
+
+def test_a_calibration_that_could_not_be_written_is_refused_before_it_measures(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_pcnlab(["calibrate", "--out", str(blocker / "calibration.json"), "--results", str(tmp_path)])
+    assert_one_line_error(proc, f"cannot write the calibration to {blocker / 'calibration.json'}", code=2)
+    assert not (tmp_path / "calibrate").exists()    # nothing was started
+
+
+@needs_root
+def test_results_that_cannot_be_made_are_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_pcnlab(["run", str(ROOT / "experiments" / "smoke.yaml"), "--results", str(blocker)])
+    assert_one_line_error(proc, "cannot make the run folder", code=2)

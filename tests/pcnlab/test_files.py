@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from pcnlab.files import write_atomic, write_json
+from pcnlab.files import writable, write_atomic, write_json
 
 # Most of the writer's time goes into writing (about 5 MB each time), so kills land mid-write: the same
 # loop with Path.write_text left a cut file in 3 of 12 kills.
@@ -48,3 +48,14 @@ def test_a_writer_killed_at_any_moment_leaves_a_whole_file(tmp_path):
     assert len(seen) > 1                                        # the writers did get through
     for leftover in tmp_path.glob(".metrics.json.*.tmp"):       # a killed writer's temporary file
         leftover.unlink()                                       # is never read as a result: not *.json
+
+
+def test_writable_says_why_a_path_could_not_be_written_before_any_work(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert writable(tmp_path / "new" / "deeper" / "out.json") is None   # its folders would be made
+    assert not (tmp_path / "new").exists()                               # ... but not by asking
+    assert writable(blocker) is None                                      # replaced whole
+    assert writable(tmp_path) == "it is a folder"
+    assert writable(blocker / "out.json") == f"{blocker} is a file"
+    assert writable("/proc/out.json").startswith("/proc: ")                # root or not: not a real folder
