@@ -117,13 +117,20 @@ class RunData:
                 "this run's own record is damaged: run it again, or leave its folder out")
         return UsageError(f"{path}: {problem}; {todo}")
 
+    @staticmethod
+    def _text(path: Path) -> str:
+        try:
+            return path.read_text()
+        except OSError as exc:  # not damaged: not ours to read (its owner, its permissions)
+            raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
+
     def _json(self, name: str, default):
         p = self.path / name
         if not p.exists():
             return default
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
+            data = json.loads(self._text(p))
+        except ValueError as exc:
             raise self._damaged(p, f"not readable as JSON ({exc})") from None
         if not isinstance(data, type(default)):
             raise self._damaged(p, f"a JSON {type(data).__name__}, not the {type(default).__name__} it should be")
@@ -135,8 +142,8 @@ class RunData:
         if not p.exists():
             return {}
         try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except (OSError, ValueError, yaml.YAMLError) as exc:
+            data = yaml.safe_load(self._text(p)) or {}
+        except (ValueError, yaml.YAMLError) as exc:
             raise self._damaged(p, f"not readable as YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise self._damaged(p, "not a mapping of the run's settings")
@@ -204,7 +211,9 @@ class RunData:
     def _csv(self, path: Path, needs: tuple[str, ...]) -> pd.DataFrame:
         try:
             frame = pd.read_csv(path)
-        except (OSError, ValueError) as exc:   # pandas' ParserError and UnicodeDecodeError are ValueErrors
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
+        except ValueError as exc:   # pandas' ParserError and UnicodeDecodeError are ValueErrors
             raise self._damaged(path, f"not readable as CSV ({str(exc).splitlines()[0]})") from None
         missing = [c for c in needs if c not in frame.columns]
         if missing:

@@ -25,7 +25,7 @@ from pathlib import Path
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.ledger import LedgerData, is_running
 from pcnlab.topologies import control_ports
-from pcnlab.cmdline import OneLineParser, count, natural
+from pcnlab.cmdline import OneLineParser, count
 
 SPEC = """
 name: faults
@@ -116,7 +116,7 @@ def one_run(spec: Path, results: Path, rng: random.Random) -> dict:
 def main() -> None:
     parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", type=count, default=50)
-    parser.add_argument("--seed", type=natural, default=1)
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="pcnlab-faults-"))

@@ -34,6 +34,9 @@ class RunFolder:
         made = [p for p in (path, *path.parents) if not p.exists()]
         try:
             path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise UsageError(f"the run folder {path} already exists (another run started in the same second?); "
+                             "start it again") from None
         except OSError as exc:
             raise UsageError(f"cannot make the run folder {path} ({exc.strerror}); give --results a folder "
                              "you can write") from None

@@ -65,7 +65,8 @@ def _cmd_slice(args) -> int:
 
     options = NetworkOptions(switch=args.switch, packet_log=args.packet_log, pcap=args.pcap,
                              grpc_base_port=args.grpc_base_port, thrift_base_port=args.thrift_base_port)
-    _stop_on_sigterm()
+    if not args.cli:  # Mininet's CLI takes a KeyboardInterrupt as "interrupt the command", not "stop"
+        _stop_on_sigterm()
     result = run_slice(args.topology, options, Path(args.results), cli=args.cli)
     return 0 if result.received == result.sent else 1
 
@@ -109,11 +110,11 @@ def _cmd_calibrate(args) -> int:
     from pcnlab.files import writable
     from pcnlab.toolchain import require_root
 
+    require_root()
     out = Path(args.out) if args.out else calibration_path()
     why = writable(out)
     if why:
         raise UsageError(f"cannot write the calibration to {out} ({why}); give --out a file you can write")
-    require_root()
     _stop_on_sigterm()
     calibrate(Path(args.results), rate_mbps=args.rate, max_workers=args.max_workers, seconds=args.seconds,
               compute_ms=args.compute_ms, out=out)

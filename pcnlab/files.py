@@ -33,15 +33,18 @@ def writable(path: str | Path) -> str | None:
     work, so that what it measures is not lost at the end. Probes the nearest folder that exists with a
     temporary file (root passes every permission check, but not a read-only or virtual file system)."""
     path = Path(path)
-    if path.is_dir():
-        return "it is a folder"
-    folder = next(p for p in path.parents if p.exists())
+    try:
+        if path.is_dir():
+            return "it is a folder"
+        folder = next(p for p in path.parents if p.exists())
+    except OSError as exc:   # a folder on the way that may not be searched
+        return f"{exc.filename or path}: {exc.strerror}"
     if not folder.is_dir():
         return f"{folder} is a file"
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
-    except OSError as exc:
+    except OSError as exc:   # no permission, a read-only or virtual file system
         return f"{folder}: {exc.strerror}"
     return None
 

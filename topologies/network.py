@@ -294,9 +294,16 @@ class PcnNetwork:
         its shell waiting, and Mininet's stop then fails on that node: interrupt the command in its
         shell too, and read what it printed up to the shell's prompt."""
         for node in self.net.hosts + self.net.switches:
-            if node.shell and node.waiting:
+            if not (node.shell and node.waiting):
+                continue
+            try:
                 node.sendInt()
-                node.waitOutput()
+                deadline = time.monotonic() + 5
+                while node.waiting and time.monotonic() < deadline:
+                    node.monitor(timeoutms=200)
+            except Exception as exc:  # noqa: BLE001 -- the teardown must go on
+                print(f"{node.name}: its interrupted command did not end cleanly ({exc})")
+            node.waiting = False  # a command that ignored the interrupt: its shell goes with the node
 
     def _save_pacing(self) -> None:
         """What each paced host's bucket did (`tc -s`: sent, dropped, overlimits, backlog), in

@@ -43,6 +43,13 @@ def test_a_damaged_file_is_one_line_naming_it(tmp_path, name, text, read, proble
     assert "\n" not in message and message.startswith(f"{run / name}: {problem}") and todo in message, message
 
 
+def test_a_file_that_cannot_be_read_says_so_not_that_it_is_damaged(tmp_path):
+    run = _run(tmp_path, "status.json", json.dumps({"status": "finished"}))
+    (run / "metrics.json").mkdir()             # read_text: IsADirectoryError, as root reads everything else
+    with pytest.raises(UsageError, match=r"metrics.json: cannot be read \(Is a directory\)$"):
+        RunData(run).metrics
+
+
 def test_whole_files_are_read_as_before(tmp_path):
     run = _run(tmp_path, "queue-s1.csv", QUEUE_HEADER + "1000,s1,0,1,ddl,1,10,20,0\n")
     (run / "network.json").write_text(json.dumps({"roles": {}, "switches": {}}))

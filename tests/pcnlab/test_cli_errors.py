@@ -91,6 +91,7 @@ def test_view_of_nothing_is_one_line(tmp_path):
     assert_one_line_error(proc, "--bins 3: give at least 100", code=2)
 
 
+@needs_root
 def test_a_calibration_that_could_not_be_written_is_refused_before_it_measures(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
