@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from scapy.layers.inet import IP  # noqa: F401 -- rdpcap decodes a frame only as far as the layers loaded
 from scapy.utils import rdpcap
 
 from pcnlab.controller.controller import ControllerThread, PcnController
