@@ -72,8 +72,8 @@ def free_port(avoid: Collection[int] = ()) -> int:
 
 
 def _bind_failure(console: Path, since: int) -> str | None:
-    """BMv2's own line, written after byte `since`, saying it could not bind a port (it keeps running
-    when it cannot), or None."""
+    """BMv2's own line, written after byte `since`, saying it could not bind a port (for gRPC it keeps
+    running; for thrift it exits), or None."""
     with open(console, "rb") as f:
         f.seek(since)
         text = f.read().decode(errors="replace")
@@ -192,10 +192,13 @@ class Bmv2Switch(Switch):
             self.on_process(self.process.pid, f"simple_switch_grpc {self.name}")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            # Whether it exited, then its output: a switch that could not bind says so and exits, and the
+            # exit may come before this loop reads the saying (a full suite's load: thrift, once).
+            exited = self.process.poll() is not None
+            failure = _bind_failure(console, since)
+            if exited and not failure:
                 raise Bmv2StartError(f"{self.name}: simple_switch_grpc exited ({_last_lines(console, 1)}); "
                                      f"see {console}")
-            failure = _bind_failure(console, since)
             if failure:
                 self._stop_process()
                 raise PortInUse(f"{self.name}: simple_switch_grpc could not bind its gRPC port {self.grpc_port} "
