@@ -70,8 +70,11 @@ def test_the_unmodified_ddp_script_trains_and_the_hooked_one_logs_every_iteratio
         assert [r["iter"] for r in its] == list(range(40))
         for r in its:
             assert r["compute_start_ns"] < r["comm_start_ns"] < r["comm_end_ns"]
-            assert r["comm_start_ns"] - r["compute_start_ns"] >= 10e6     # --compute-ms 10 before the gradients
             assert r["bytes_sent"] == 4 * (64 * 128 + 128 + 128 * 10 + 10)
+        # --compute-ms 10 before the gradients, padded from just before the forward that the hook stamps:
+        # a rank preempted in between shows less (8.9 ms once in a full suite), so the median is 10 ms.
+        compute = sorted(r["comm_start_ns"] - r["compute_start_ns"] for r in its)
+        assert compute[len(compute) // 2] >= 10e6 and compute[0] >= 5e6, compute
 
 
 def test_a_failing_rank_is_named_with_its_last_error_lines(tmp_path):
