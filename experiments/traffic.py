@@ -1,0 +1,148 @@
+"""The load a run puts on its switches, before it runs: packets/s per switch when every job's and
+background flow's traffic is backlogged at once and shares the links max-min fairly (progressive filling
+over the routed paths, topologies/routing.py; a flow's rate is bounded by every link on its path), each
+TCP data packet bringing back half an ACK (one per two segments) that weighs a full packet in a switch's
+egress queue (BMv2 drains its queues in packets/s, pcnlab/rates.py); a switch forwards every data packet
+and ACK whose path crosses it. Telemetry clones are not counted here: what one switch forwards with
+telemetry 1 in N (pcnlab.calibration.capacity_pps) already pays for them. experiments/fit.py judges it.
+
+Hand-written: no library computes max-min fair shares over a Mininet topology's routes (networkx has
+paths but no progressive filling), and the model is a few lines of plain Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pcnlab.rates import rate_pps
+from pcnlab.topologies.routing import compute_routes, ports_of
+from pcnlab.workloads.specs import JobSpec
+
+ACKS_PER_PACKET = 0.5          # TCP's delayed ACK (and LTP's, workloads/ltp/acks.py): one per two segments
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One direction of traffic, backlogged: src to dst, at most `cap_pps` (a background flow's rate)."""
+
+    src: str
+    dst: str
+    cap_pps: float | None = None
+
+
+def flows(run) -> list[Flow]:
+    """Every job's and background flow's traffic, one Flow per direction between two hosts."""
+    out = []
+    for job in run.jobs:
+        spec = JobSpec(**job.job_spec_kwargs())
+        if spec.comm_pattern == "ps":
+            for server in spec.servers:
+                for worker in spec.workers:
+                    out += [Flow(worker, server), Flow(server, worker)]
+        else:                                   # ring, a ring generator, torchrun: each rank to the next
+            ranks = [host for _, _, host in spec.placements()]
+            out += [Flow(a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1])]
+    out += [Flow(f.src, f.dst, rate_pps(f.rate) if f.rate else None) for f in run.background]
+    return [f for f in out if f.src != f.dst]
+
+
+def switch_pps(run, topologies: dict | None = None) -> dict[str, float]:
+    """Packets/s each switch forwards under the model (the module's docstring)."""
+    topologies = {} if topologies is None else topologies
+    key = (run.topology.kind, tuple(sorted(run.topology.params.items())))
+    if key not in topologies:
+        topologies[key] = run.topology.build(monitors=False)
+    topo = topologies[key]
+    paths = _Paths(topo)
+    capacity = _capacities(topo, run)
+    demands = []                                # (flow, {directed link: packets per data packet})
+    for flow in flows(run):
+        use: dict = {}
+        for link in paths.links(flow.src, flow.dst):
+            use[link] = use.get(link, 0) + 1
+        for link in paths.links(flow.dst, flow.src):
+            if topo.isSwitch(link[0]) or not run.switch.pace_hosts:     # a paced host's tbf counts bytes
+                use[link] = use.get(link, 0) + ACKS_PER_PACKET
+        demands.append((flow, use))
+    rates = max_min(demands, capacity)
+    loads = {sw: 0.0 for sw in topo.switches()}
+    for (flow, _), rate in zip(demands, rates):
+        for sw in paths.switches(flow.src, flow.dst):
+            loads[sw] += rate
+        for sw in paths.switches(flow.dst, flow.src):
+            loads[sw] += rate * ACKS_PER_PACKET
+    return loads
+
+
+def max_min(demands, capacity: dict) -> list[float]:
+    """Progressive filling: every flow's rate grows alike until a link it uses (weighted by its packets
+    there per data packet) is full or it reaches its own cap; then it stays, and the others grow on."""
+    users: dict = {link: [] for link in capacity}
+    for i, (_, use) in enumerate(demands):
+        for link, weight in use.items():
+            if link in users:
+                users[link].append((i, weight))
+    rates = [0.0] * len(demands)
+    growing = set(range(len(demands)))
+    while growing:
+        step = math.inf
+        for link, members in users.items():
+            weight = sum(w for i, w in members if i in growing)
+            if weight:
+                step = min(step, (capacity[link] - sum(w * rates[i] for i, w in members)) / weight)
+        for i in growing:
+            if demands[i][0].cap_pps is not None:
+                step = min(step, demands[i][0].cap_pps - rates[i])
+        if step == math.inf:
+            break                               # nothing bounds them (no rate on their paths)
+        for i in growing:
+            rates[i] += max(step, 0.0)
+        stopped = {i for i in growing if demands[i][0].cap_pps is not None
+                   and rates[i] >= demands[i][0].cap_pps * (1 - 1e-9)}
+        for link, members in users.items():
+            if sum(w * rates[i] for i, w in members) >= capacity[link] * (1 - 1e-9):
+                stopped |= {i for i, _ in members}
+        growing -= stopped
+    return rates
+
+
+def _capacities(topo, run) -> dict[tuple[str, str], int]:
+    """Packets/s of each directed link with a rate: a switch's egress queue towards its peer (the
+    schedule's highest rate for it, if higher); a host's own sending only when hosts are paced."""
+    out = {}
+    for a, b, info in topo.links(withInfo=True):
+        bw = info.get("bw")
+        if bw is None:
+            continue
+        for src, dst in ((a, b), (b, a)):
+            if topo.isSwitch(src) or run.switch.pace_hosts:
+                out[(src, dst)] = rate_pps(bw)
+    for change in run.schedule:
+        if change.link and change.bw is not None and change.link in out:
+            out[change.link] = max(out[change.link], rate_pps(change.bw))
+    return out
+
+
+class _Paths:
+    """Routed paths between hosts, as the switches' routes send them (topologies/routing.py)."""
+
+    def __init__(self, topo):
+        self.topo = topo
+        self.routes = compute_routes(topo)
+        self.ports = {sw: ports_of(topo, sw) for sw in topo.switches()}
+
+    def nodes(self, src: str, dst: str) -> list[str]:
+        prefix = f"{self.topo.nodeInfo(dst)['ip'].split('/')[0]}/32"
+        path = [src, next(iter(self.topo.g[src]))]
+        while path[-1] != dst:
+            port = next(r.port for r in self.routes[path[-1]] if r.prefix == prefix)
+            path.append(self.ports[path[-1]][port])
+        return path
+
+    def links(self, src: str, dst: str) -> list[tuple[str, str]]:
+        path = self.nodes(src, dst)
+        return list(zip(path, path[1:]))
+
+    def switches(self, src: str, dst: str) -> list[str]:
+        return [n for n in self.nodes(src, dst) if self.topo.isSwitch(n)]
