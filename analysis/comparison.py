@@ -39,6 +39,15 @@ HEADLINE = (  # (metrics.json key path, title, format)
 # N times one worker's, i.e. T_1 / T_N of iteration times; shown where a sweep has a 1-worker point.
 SCALING = ("scaling", "scaling (T1 / TN)", "{:.2f}")
 ITERATION_KEY = "training.iteration_ms.mean"
+# A run with time_scale k ran its rates / k and its times x k, and metrics.json holds what was measured: the
+# report gives a time back divided by k (power 1) and a rate multiplied by k (power -1). The headline metrics
+# not listed (packets, shares, ratios, counts) do not change with it.
+TIME_SCALE_POWER = {
+    **dict.fromkeys(("iterations.bct_ms.mean", "queue_delay_us.ddl.mean", "training.iteration_ms.mean",
+                     "training.iteration_ms.p50", "training.iteration_ms.p99", "training.push_spread_ms.p50"), 1),
+    **dict.fromkeys(("iterations.ddl_mbps.mean", "throughput_mbps.background",
+                     "throughput_mbps.background_during_iterations", "training.iterations_per_s"), -1),
+}
 
 
 def dig(data: dict, dotted: str):
@@ -48,6 +57,15 @@ def dig(data: dict, dotted: str):
             return None
         data = data[part]
     return data
+
+
+def unscaled(run: RunData, key: str):
+    """A run's headline metric in the experiment file's own units (TIME_SCALE_POWER)."""
+    value = dig(run.metrics, key)
+    power = TIME_SCALE_POWER.get(key, 0)
+    if not power or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return value / run.time_scale ** power
 
 
 @dataclass
@@ -63,7 +81,7 @@ class Point:
     def values(self, key: str) -> list:
         if key == SCALING[0]:
             return self.scaling
-        return [dig(r.metrics, key) for r in self.runs]
+        return [unscaled(r, key) for r in self.runs]
 
     @property
     def workers(self):
@@ -79,3 +97,4 @@ class Report:
     reference: references.Reference | None = None
     include_untrusted: bool = False
     notes: list[str] = field(default_factory=list)   # runs whose iteration count disagrees with the workers'
+    time_scales: list[float] = field(default_factory=list)   # the runs' (experiments/config/timescale.py)

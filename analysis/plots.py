@@ -155,14 +155,19 @@ def plot_sweep(sweep_dir: Path, report: Report) -> list[Path]:
     headline.png, peak-to-mean.png."""
     sweep_dir = Path(sweep_dir)
     colours = _colours(report)
-    tables = {p.name: [r.iteration_table.assign(run=r.name) for r in p.runs if not r.iteration_table.empty]
-              for p in report.points}
+    tables = {p.name: [_own_units(r) for r in p.runs if not r.iteration_table.empty] for p in report.points}
     tables = {name: pd.concat(ts, ignore_index=True) for name, ts in tables.items() if ts}
     written = [plot_bct_cdf(sweep_dir / "bct-cdf.png", tables, colours),
                plot_iterations(sweep_dir / "iterations.png", tables, colours),
                plot_headline(sweep_dir / "headline.png", report, colours),
                plot_peak_to_mean(sweep_dir / "peak-to-mean.png", report, colours)]
     return [p for p in written if p is not None]
+
+
+def _own_units(run: RunData) -> pd.DataFrame:
+    """A run's iterations.csv with its name, BCT in the experiment's own units (divided by its time_scale)."""
+    table = run.iteration_table.assign(run=run.name)
+    return table.assign(bct_ms=table["bct_ms"] / run.time_scale) if "bct_ms" in table else table
 
 
 def plot_bct_cdf(path: Path, tables: dict[str, pd.DataFrame], colours: dict[str, str]) -> Path:
@@ -248,7 +253,8 @@ def plot_peak_to_mean(path: Path, report: Report, colours: dict[str, str]) -> Pa
         curves = [c for c in curves if c]
         if curves:
             ys = [np.nanmean([np.nan if c.get(f"{s}ms") is None else c[f"{s}ms"] for c in curves]) for s in scales]
-            ax.plot(scales, ys, "o-", color=colours[point.name], label=point.name)
+            own = [s / point.runs[0].time_scale for s in scales]     # bins in the experiment's own units
+            ax.plot(own, ys, "o-", color=colours[point.name], label=point.name)
     ax.set_xscale("log")
     ax.set_xticks(scales, [str(s) for s in scales])
     ax.minorticks_off()

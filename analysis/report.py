@@ -108,7 +108,7 @@ def build_report(paths: list[Path], baseline: str | None = None, include_untrust
     notes = [f"{r.name}: {dig(r.metrics, 'iterations.note') or 'iteration count differs from the workers'}"
              for r in runs if dig(r.metrics, "iterations.consistent") is False]
     return Report(points, rows, cells, baseline, references.get(sorted(declared)[0]) if declared else None,
-                  include_untrusted, notes)
+                  include_untrusted, notes, sorted({r.time_scale for r in runs}))
 
 
 # --- text ---------------------------------------------------------------------------------------------
@@ -171,8 +171,18 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     return titles, lines
 
 
+def time_scale_note(scales: list[float]) -> str | None:
+    """The report's one line on time_scale, when a run had one (comparison.TIME_SCALE_POWER)."""
+    if all(s == 1 for s in scales):
+        return None
+    factor = f"time_scale {scales[0]:g}" if len(scales) == 1 else \
+        f"each run's time_scale ({', '.join(f'{s:g}' for s in scales)})"
+    return (f"times divided and rates multiplied by {factor}: in the experiment's own units (metrics.json holds "
+            "what was measured; packets unchanged)")
+
+
 def footnotes(report: Report) -> list[str]:
-    out = []
+    out = [note] if (note := time_scale_note(report.time_scales)) else []
     for point in report.points:
         if point.left_out:
             total = len(point.runs) + len(point.left_out)
@@ -220,6 +230,7 @@ def summary(report: Report) -> dict:
                             "metrics": report.cells[p.name]}
                    for p in report.points},
         "notes": report.notes,
+        "time_scales": report.time_scales,
     })
 
 

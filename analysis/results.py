@@ -95,11 +95,8 @@ def on_port(frame: pd.DataFrame, switch: str, port: int) -> pd.Series:
 
 def _host_names(network: dict) -> dict[int, str]:
     """Host number (the low 16 bits of its IPv4 address, as the telemetry record carries it) -> name."""
-    out = {}
-    for name, info in (network.get("hosts") or {}).items():
-        a, b, c, d = (int(x) for x in info["ip"].split("."))
-        out[(c << 8) | d] = name
-    return out
+    octets = {name: [int(x) for x in info["ip"].split(".")] for name, info in (network.get("hosts") or {}).items()}
+    return {(o[2] << 8) | o[3]: name for name, o in octets.items()}
 
 
 @dataclass
@@ -188,6 +185,14 @@ class RunData:
         return (self.config.get("mode") or {}).get("kind", "?")
 
     @property
+    def time_scale(self) -> float:
+        """config.yaml's time_scale (1 before it existed): the run's rates were divided and its times multiplied by it."""
+        ts = self.config.get("time_scale", 1)
+        if type(ts) in (int, float) and 1 <= ts < np.inf:
+            return float(ts)
+        raise self._damaged(self.path / "config.yaml", f"time_scale {ts!r} is not a number of at least 1")
+
+    @property
     def point(self) -> str:
         """The run's sweep point: its name without the repetition (`mode=pcn,rep=2` -> `mode=pcn`;
         `run` when nothing is swept)."""
@@ -243,13 +248,8 @@ class RunData:
 
     @cached_property
     def _raw_queue(self) -> pd.DataFrame:
-        parts = []
-        for p in sorted(self.path.glob("queue-s*.csv")):
-            if p.stat().st_size == 0:
-                continue
-            frame = self._csv(p, QUEUE_LOG_NEEDS)
-            if not frame.empty:
-                parts.append(frame)
+        frames = [self._csv(p, QUEUE_LOG_NEEDS) for p in sorted(self.path.glob("queue-s*.csv")) if p.stat().st_size]
+        parts = [frame for frame in frames if not frame.empty]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
     @cached_property

@@ -24,6 +24,7 @@ The package, in the order a document goes through it:
     sweeps.py    dotted keys, --set overrides, the sweep section, run labels
     load.py      load_experiment: overrides, sweep expansion, run names and order
     build.py     one run's document, section by section, and the checks across sections
+    timescale.py time_scale: the rates divided and the times multiplied (the key table's `scales` marks)
     jobs.py      jobs and background flows placed on the topology
     markdown.py  reference_markdown: docs/yaml-reference.md
 

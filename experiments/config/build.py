@@ -1,6 +1,7 @@
 """One run's document (the file after --set and one sweep point) checked and typed, section by section,
 with the checks that join sections (K within the queue, K_pre within K, link rates the switches keep up
-with, modes and telemetry a Linux bridge cannot do). Jobs and flows are placed on the topology by jobs.py.
+with, modes and telemetry a Linux bridge cannot do). Jobs and flows are placed on the topology by jobs.py;
+last, time_scale divides the rates and multiplies the times (timescale.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pcnlab.experiments.config.jobs import flows, jobs
 from pcnlab.analysis.fidelity_limits import FidelityConfig
 from pcnlab.experiments.config.runs import ModeConfig, SwitchConfig, TelemetryConfig, TopologyConfig, link_limit
 from pcnlab.experiments.config.schema import SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, section_keys
+from pcnlab.experiments.config.timescale import time_scaled
 from pcnlab.experiments.yamlpos import Raw, Where
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 from pcnlab.workloads.specs import NAME_RE
@@ -99,7 +101,9 @@ def build(tree: Raw, ctx: Context) -> dict:
     for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference"):
         out[key_name] = value_of(section_keys("")[key_name], top, "")
     out["schedule"] = schedule(top.get("schedule"), topology, switch, out["background"], out["duration_s"])
-    return out
+    # Checked as the file writes them above (the switches' link limits too); then what runs: time_scale.
+    out["time_scale"] = value_of(section_keys("")["time_scale"], top, "")
+    return time_scaled(out, out["time_scale"], first_where(top.get("time_scale"), fallback=doc_where))
 
 
 def _topology(raw: Raw, ctx: Context) -> tuple[TopologyConfig, dict[str, Raw]]:

@@ -93,7 +93,8 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
                 switch=built["switch"], mode=built["mode"], telemetry=built["telemetry"], jobs=built["jobs"],
                 background=built["background"], duration_s=built["duration_s"], warmup_s=built["warmup_s"],
                 description=built["description"], source=source, overrides=overrides,
-                fidelity=built["fidelity"], reference=built["reference"], schedule=built["schedule"]))
+                fidelity=built["fidelity"], reference=built["reference"], schedule=built["schedule"],
+                time_scale=built["time_scale"]))
     # Repetitions outermost: each repetition runs every sweep point once before the next begins, so a
     # machine that drifts (load, heat) affects every point alike (interleaved, as benchmarks should be).
     runs = [replace(r, index=i) for i, r in enumerate(sorted(runs, key=lambda r: (r.repetition, r.index)))]

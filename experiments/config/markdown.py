@@ -6,8 +6,8 @@ from pcnlab.controller.dataplane import MAX_QDEPTH
 from pcnlab.controller.modes import K_PRE_MODES, MARKING_MODES, MODES
 from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, LIST_SECTIONS,
                                               MAX_LINK_MBPS, MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG,
-                                              MAX_RUNS, REQUIRED, SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, Key,
-                                              section_keys)
+                                              MAX_RUNS, RATE, REQUIRED, SAME_AS_BW, SECTIONS, TIME, TOPOLOGY_PARAMS,
+                                              Key, section_keys)
 from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 
@@ -70,6 +70,8 @@ def _allowed_text(key: Key) -> str:
 def _row(path: str, key: Key, note: str = "") -> str:
     typ = _TYPE_WORDS[key.type]
     unit = key.unit or "—"
+    if key.scales in (RATE, TIME):
+        unit += f", {'÷' if key.scales == RATE else '×'} `time_scale`"
     doc = key.doc + (f" ({note})" if note else "")
     if key.applies:
         doc = f"*{', '.join(key.applies)} only.* " + doc

@@ -220,6 +220,7 @@ class RunConfig:
     fidelity: FidelityConfig = field(default_factory=FidelityConfig)
     reference: str | None = None           # analysis/reference.py: figures the report shows beside ours
     schedule: tuple[Change, ...] = ()      # changes during the run (experiments/schedule.py)
+    time_scale: float = default("", "time_scale")   # every value above is already scaled (config/timescale.py)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (YAML/JSON), for the run folder."""
@@ -234,7 +235,8 @@ class RunConfig:
             "switch": asdict(self.switch), "mode": asdict(self.mode), "telemetry": asdict(self.telemetry),
             "jobs": [job.to_dict() for job in self.jobs],
             "background": [asdict(flow) for flow in self.background],
-            "duration_s": self.duration_s, "warmup_s": self.warmup_s, "fidelity": asdict(self.fidelity),
+            "duration_s": self.duration_s, "warmup_s": self.warmup_s, "time_scale": self.time_scale,
+            "fidelity": asdict(self.fidelity),
             "reference": self.reference, "schedule": [c.to_dict() for c in self.schedule],
         }
 
@@ -263,7 +265,8 @@ class RunConfig:
             duration_s=data["duration_s"], warmup_s=data["warmup_s"], description=data.get("description", ""),
             source=data.get("source", ""), overrides=tuple(data.get("overrides", ())),
             fidelity=FidelityConfig(**data.get("fidelity", {})), reference=data.get("reference"),
-            schedule=tuple(Change.from_dict(c) for c in data.get("schedule", ())))
+            schedule=tuple(Change.from_dict(c) for c in data.get("schedule", ())),
+            time_scale=data.get("time_scale", default("", "time_scale")))
 
 
 @dataclass(frozen=True)

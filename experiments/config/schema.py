@@ -48,6 +48,7 @@ MAX_RUNS = 1000                    # sweep points x repetitions
 MAX_FLOWS = 500                    # background flows (src x dst pairs): two iperf3 processes each
 MAX_DURATION_S = 86_400            # no time of an experiment is longer than a day (durations, periods)
 MAX_BYTES = 1 << 30                # a burst or an answer, which the generator holds in memory: 1 GiB
+MAX_TIME_SCALE = 100.0             # time_scale: a machine this much slower than the regime's
 
 
 # --- the words of the file -------------------------------------------------------------------------
@@ -91,10 +92,16 @@ class Key:
     applies: tuple = ()             # jobs: the kinds the key applies to (empty: all)
     default_doc: str = ""           # how the default reads in the reference, when not a plain value
     what: str = ""                  # the noun for choice errors ("mode", "congestion control")
+    scales: str = ""                # time_scale (config/timescale.py): RATE divided by it, TIME multiplied, KEPT
+                                    # a time or rate of the machine, not of the regime; "": neither
+
+
+RATE, TIME, KEPT = "rate", "time", "kept"
 
 
 def _rate(name: str, doc: str, default: Any = 20.0, default_doc: str = "") -> Key:
-    return Key(name, "number", default, doc, unit="Mbit/s", min=MIN_LINK_MBPS, default_doc=default_doc)
+    return Key(name, "number", default, doc, unit="Mbit/s", min=MIN_LINK_MBPS, default_doc=default_doc,
+               scales=RATE)
 
 
 _BW = _rate("bw", "rate of every host link (and of every link without its own rate below)")
@@ -149,9 +156,18 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             f"(at most {MAX_JOB_ID})", default_doc="[] (none)"),
         Key("background", "list", [], "background TCP flows, each a mapping (below)", default_doc="[] (none)"),
         Key("duration_s", "number", 30.0, "length of a run: background flows run this long; jobs end at "
-            "their iterations or at this limit, whichever comes first", unit="s", above=0, max=MAX_DURATION_S),
+            "their iterations or at this limit, whichever comes first", unit="s", above=0, max=MAX_DURATION_S, scales=TIME),
         Key("warmup_s", "number", 2.0, "background flows run this long before the jobs start, so a standing "
-            "queue is there when the first burst arrives", unit="s", min=0, max=MAX_DURATION_S),
+            "queue is there when the first burst arrives", unit="s", min=0, max=MAX_DURATION_S, scales=TIME),
+        Key("time_scale", "number", 1.0, "the same regime, slower, for a machine that cannot keep up with its "
+            "link rates: every rate (÷ in the unit column: topology's bw keys, schedule bw, background rate) is divided "
+            "by this and every time of the modelled regime (×) multiplied; queue depths and thresholds stay in packets, "
+            "sizes in bytes. A run's config.yaml and metrics.json hold what ran (scaled); `pcnlab report` gives times "
+            "and rates back in the file's units. Real compute is not slowed: generator jobs keep their proportions "
+            "whole; ps and ring jobs where compute_ms covers the real compute (PyTorch's forward and backward, "
+            "compression, the PS's update are not slowed); torchrun jobs only in what the runner sets "
+            "(pcn_start_lead_us, warmup_s, duration_s), not their script's own times; TCP's timers (200 ms minimum "
+            "RTO) stay the kernel's", min=1, max=MAX_TIME_SCALE),
         Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1,
             max=MAX_RUNS),
         Key("seed", "int", 0, "seed of repetition 1; repetition N uses seed + N - 1 (every sweep point of a "
@@ -204,12 +220,12 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("lead_us", "lead", "auto", "pcn: how long before the predicted iteration start the window opens; "
             "auto: learned per port (first 2 x the standing queue / port rate + an RTT, then longer while "
             "iterations inside a window still meet more than K_pre, shorter while they meet less)", unit="us",
-            min=0, max=MAX_BURST_GAP_US),
+            min=0, max=MAX_BURST_GAP_US, scales=TIME),
         Key("guard_us", "int", 1000, "pcn: how long after the predicted start the window stays open",
-            unit="us", min=0, max=MAX_BURST_GAP_US),
+            unit="us", min=0, max=MAX_BURST_GAP_US, scales=TIME),
         Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
         Key("announce_hold_us", "int", 100_000, "pcn-host: an announcement keeps K_pre for background at most "
-            "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US),
+            "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US, scales=TIME),
         Key("count_announcements", "bool", True, "pcn-host: the announcements waiting in the queue count in "
             "the depth it marks at (BMv2 counts packets, so a 115-byte PCN-START weighs as a full one; "
             "false: mark at the depth without them; pcn-training's start queue 5.4-5.9 with, 6.2-6.5 without)"),
@@ -222,7 +238,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("min_rate_pct", "number", FIDELITY.min_rate_pct, "every bottleneck port sends at least this share of its configured rate "
             "while its queue is non-empty", unit="%", min=0, max=100),
         Key("min_backlog_s", "number", FIDELITY.min_backlog_s, "a port is checked as a bottleneck when its queue was non-empty at "
-            "least this long", unit="s", min=0, max=MAX_DURATION_S),
+            "least this long", unit="s", min=0, max=MAX_DURATION_S, scales=TIME),
         Key("max_bmv2_cpu_pct", "number", FIDELITY.max_bmv2_cpu_pct, "no BMv2 process uses more than this share of one core (p95 of "
             "0.5 s samples): its ingress pipeline is one thread", unit="%", above=0),
         Key("min_idle_pct", "number", FIDELITY.min_idle_pct, "the machine's idle time (p5 of 0.5 s samples) is at least this; 0: "
@@ -233,7 +249,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("max_telemetry_loss_pct", "number", FIDELITY.max_telemetry_loss_pct, "telemetry records lost, at most this share per switch",
             unit="%", min=0, max=100),
         Key("max_controller_lag_ms", "number", FIDELITY.max_controller_lag_ms, "pcn: from a burst report to the window write it caused, "
-            "p95 at most this", unit="ms", above=0),
+            "p95 at most this (the machine's speed, not the regime's: time_scale leaves it)", unit="ms", above=0,
+            scales=KEPT),
     ),
     "jobs": (
         Key("name", "name", REQUIRED, "the job's name (logs under jobs/<name>/)", default_doc="job<N>"),
@@ -251,7 +268,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             default_doc="role `workers`, else every host but the PS"),
         Key("iterations", "int", 10, "training iterations (generator: bursts)", min=1, max=1_000_000),
         Key("compute_ms", "number", 0.0, "compute time per iteration (an accelerator's; generator: the gap "
-            "after the PS's answer)", unit="ms", min=0, max=MAX_DURATION_S * 1000),
+            "after the PS's answer)", unit="ms", min=0, max=MAX_DURATION_S * 1000, scales=TIME),
         Key("model", "choice", "mlp", "mlp, cnn: small real models on generated data; digits-mlp, digits-cnn: "
             "scikit-learn's handwritten digits (test accuracy reported); resnet50, vgg16, bert-base: their "
             "per-layer gradient sizes times scale", choices=MODELS, applies=TRAIN_KINDS, what="model"),
@@ -280,19 +297,19 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("reply_bytes", "int", None, "what the PS answers each worker", unit="bytes", min=0, max=MAX_BYTES,
             nullable=True, applies=("generator",), default_doc="burst_bytes"),
         Key("period_ms", "number", 0.0, "a burst starts every period (0: back to back after compute_ms)",
-            unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",)),
+            unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",), scales=TIME),
         Key("jitter_ms", "number", 0.0, "each start moves by a uniform offset in [-jitter, +jitter]; below "
-            "period_ms", unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",)),
+            "period_ms", unit="ms", min=0, max=MAX_DURATION_S * 1000, applies=("generator",), scales=TIME),
         Key("pcn_start", "autobool", "auto", "announce each burst one RTT ahead (DSCP PCN-START) for pcn-host "
             "(ps, ring: each worker's gradients, to the PS or its ring successor, before each iteration's "
             "communication); auto: on in pcn-host runs only"),
         Key("pcn_start_lead_us", "number", 0.0, "how far ahead the announcement goes (0: two smoothed RTTs)",
-            unit="us", min=0, max=MAX_BURST_GAP_US),
+            unit="us", min=0, max=MAX_BURST_GAP_US, scales=TIME),
         Key("burst_gap_us", "int", None, "G: a data packet of the job after this much silence on a switch "
             "port starts a burst there (burst digests, every mode); null: the switch reports bursts after "
             f"{REPORT_GAP_US // 1000} ms of silence and the controller and the analysis learn which silences "
             "separate iterations (controller/segments.py)", unit="us", min=1, max=MAX_BURST_GAP_US,
-            nullable=True, default_doc="learned"),
+            nullable=True, default_doc="learned", scales=TIME),
         Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
             "never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
         Key("cc", "choice", "cubic", "TCP congestion control; one this kernel lacks is refused (dctcp is not "
@@ -307,7 +324,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "long after its first datagram arrived, whatever is missing (filled in); auto: derived from the ideal "
             "exchange, 3 x every worker's gradient bytes over the rate the PS's port delivers them at (measured by "
             "the PS) + the workers' largest smoothed RTT (workloads/ltp/earlyclose.py)", unit="ms", above=0,
-            max=MAX_DURATION_S * 1000, applies=LTP_KINDS),
+            max=MAX_DURATION_S * 1000, applies=LTP_KINDS, scales=TIME),
         Key("ltp_theta_min", "number", LTP_THETA_MIN, "ltp: the lowest loss-tolerant threshold: before the deadline the PS "
             "closes an iteration only once every worker delivered at least this share (the threshold adapts "
             "to the measured loss between this and 1)", min=0, max=1, applies=LTP_KINDS),
@@ -338,16 +355,16 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             what="congestion control"),
         Key("ecn", "bool", True, "ECN on the sender's host (ECT packets)"),
         Key("rate", "number", None, "cap on the sender's rate (null: as fast as TCP goes)", unit="Mbit/s",
-            above=0, nullable=True),
+            above=0, nullable=True, scales=RATE),
     ),
     "schedule": (
         Key("at_s", "number", REQUIRED, "when, in seconds after the jobs start (before duration_s)", unit="s", min=0,
-            max=MAX_DURATION_S),
+            max=MAX_DURATION_S, scales=TIME),
         Key("link", "text", None, "the port that changes: `<switch>-<peer>`, the switch's egress port "
             "towards that host or switch (e.g. s1-h1); needs bw or loss, and BMv2 switches", nullable=True,
             default_doc="none"),
         Key("bw", "number", None, "the port's rate from then on (the switch's queue rate, changed live)",
-            unit="Mbit/s", min=MIN_LINK_MBPS, nullable=True, default_doc="none"),
+            unit="Mbit/s", min=MIN_LINK_MBPS, nullable=True, default_doc="none", scales=RATE),
         Key("loss", "number", None, "the share of DDL data packets (payload at least the job's "
             "burst_min_payload; not pcn-host announcements) towards the port lost at random from then on, before they queue (0: none; "
             "counted: metrics.json `random_loss`)", min=0, max=1, nullable=True,
