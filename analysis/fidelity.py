@@ -7,7 +7,8 @@ logs and their summaries, events.jsonl, endpoints.json, config.yaml), written to
                 "controller": {...}, "unmeasured": [...]}}
 
 What is checked (thresholds: the run's `fidelity:` settings, experiments/config/schema.py):
-- CPU (cpu.csv, experiments/sampler.py), over the queue log's span: each BMv2 process's share of one
+- CPU (cpu.csv, experiments/sampler.py), over the queue log's span (with the machine's CPU steal and
+  runnable threads, recorded, and steal named in a finding it took part in): each BMv2 process's share of one
   core (p95 at most max_bmv2_cpu_pct: `pcnlab calibrate` finds one switch starts losing packets as
   its process nears a whole core, while no single thread of it does), its busiest thread's, and how
   long its threads waited for a CPU (the most-delayed thread's share of the time: a starved switch,
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from pcnlab.analysis.metrics import stats
-from pcnlab.calibration import load_calibration
+from pcnlab.calibration import load_calibration, provenance
 from pcnlab.analysis.fidelity_limits import FidelityConfig, thresholds
 from pcnlab.analysis.measures import json_safe
 from pcnlab.files import write_json
@@ -185,6 +186,9 @@ def cpu_figures(cpu: pd.DataFrame, span_ns: tuple[float, float] | None = None) -
         out["machine_idle"] = {"p5": float(np.percentile(idle, 5)), "mean": float(idle.mean()), "n": int(idle.size)}
         out["load1"] = {"mean": float(machine["load1"].mean()), "max": float(machine["load1"].max())}
         out["machine_busy_cores"] = {"mean": float(machine["cpu"].mean()), "max": float(machine["cpu"].max())}
+        for column in ("steal", "runnable"):     # contention from outside the run (cpu.csv since steal was sampled)
+            values = machine[column].dropna().astype(float) if column in machine else ()
+            out[column] = shares(values) if len(values) else None
     sampler = cpu[cpu["role"] == "sampler"]
     if not sampler.empty:
         out["sampler_cpu_mean"] = float(sampler["cpu"].mean())
@@ -195,12 +199,15 @@ def cpu_figures(cpu: pd.DataFrame, span_ns: tuple[float, float] | None = None) -
 
 def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True) -> dict:
     """The fidelity verdict of a finished run folder; written to fidelity.json unless write=False.
-    `calibration`: the calibration data (default: this machine's file, if any)."""
+    `calibration`: the calibration data (default: the one the run recorded, calibration.json; for a run
+    from before runs recorded it, this machine's file, if any)."""
     run = RunData(Path(run_dir))
     limits = thresholds(run.config)
-    calibration = calibration if calibration is not None else load_calibration()
+    if calibration is None:
+        calibration = run.calibration or load_calibration()
     queue = run.queue
-    checks: dict = {"thresholds": asdict(limits), "telemetry_every": run.telemetry_every, "unmeasured": []}
+    checks: dict = {"thresholds": asdict(limits), "telemetry_every": run.telemetry_every, "unmeasured": [],
+                    "calibration": provenance(calibration)}
     unmeasured = checks["unmeasured"]
 
     cpu_path = run.path / "cpu.csv"
@@ -267,7 +274,16 @@ def _cpu_note(figures: dict | None):
             text += f", its threads waiting for a CPU up to {_pct(share['wait']['p95'])} of the time"
         if figures["machine_idle"] is not None:
             text += f", machine {_pct(figures['machine_idle']['p5'])} idle (p5)"
-        return text
+        return text + _contention(figures)
+    return note
+
+
+def _contention(figures: dict) -> str:
+    """Steal, when it took part: the machine's CPU that its hypervisor gave to something else."""
+    steal = figures.get("steal")
+    if steal and steal["p95"] > 0:
+        return f", CPU steal up to {_pct(steal['p95'])} of the machine (p95: its hypervisor ran something else)"
+    return ""
     return note
 
 
@@ -280,7 +296,7 @@ def _cpu_reasons(figures: dict, limits: FidelityConfig) -> list[str]:
     idle = figures["machine_idle"]
     if idle is not None and idle["p5"] * 100 < limits.min_idle_pct:
         out.append(f"the machine was {_pct(idle['p5'])} idle at its busiest (p5; at least {limits.min_idle_pct:g} %), "
-                   f"load average up to {figures['load1']['max']:.1f}: every core was busy")
+                   f"load average up to {figures['load1']['max']:.1f}: every core was busy{_contention(figures)}")
     return out
 
 

@@ -163,6 +163,11 @@ class RunData:
         return self._json("fidelity.json", {})
 
     @cached_property
+    def calibration(self) -> dict:
+        """calibration.json: the machine's calibration the runner judged the run by ({}: none recorded)."""
+        return self._json("calibration.json", {})
+
+    @cached_property
     def counters(self) -> dict[str, list | None]:
         """counters.json: each switch's counter rows at the end of the run (`port`, `class`, `counter`,
         `packets`, `bytes`); None for a switch that could not be read; {} without the file."""

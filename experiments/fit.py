@@ -243,7 +243,7 @@ def fit_lines(fits: list[Fit]) -> list[str]:
         scale = max(scales) if all(scales) else None
         some = "" if len(failing) == len(fits) else f" ({len(failing)} of {len(fits)} runs)"
         advice = replace(worst, time_scale=scale).suggestion
-        lines.append(f"will not keep up here{some}: {worst.reason} (pcnlab calibrate, {worst.measured}): "
+        lines.append(f"will not keep up here{some}: {worst.reason} (calibrated {worst.measured}): "
                      + (f"add {advice}" if advice else "use fewer processes or lower the link rates"))
     return lines
 

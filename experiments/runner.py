@@ -14,7 +14,9 @@ import yaml
 
 from pcnlab.controller.dataplane import read_port_counters
 from pcnlab.controller.events import EventLog
+from pcnlab.calibration import load_calibration
 from pcnlab.errors import AnalysisFailed, PcnLabError
+from pcnlab.files import write_json
 from pcnlab.experiments.config.runs import Experiment, RunConfig
 from pcnlab.experiments.run_controller import start_controller
 from pcnlab.experiments.provenance import versions
@@ -188,11 +190,16 @@ class RunExecution:
 
 
 class ExperimentRunner:
-    def __init__(self, experiment: Experiment, results_root: Path = Path("results"), say=print):
+    """The runs of an experiment, one after another. `calibration`: the machine's calibration every run
+    is judged by (copied into each run folder as calibration.json; default: this machine's file)."""
+
+    def __init__(self, experiment: Experiment, results_root: Path = Path("results"), say=print,
+                 calibration: dict | None = None):
         self.experiment = experiment
         self.results_root = Path(results_root)
         self.say = say
         self.stamp = timestamp()
+        self.calibration = calibration if calibration is not None else load_calibration()
 
     @property
     def sweep_dir(self) -> Path:
@@ -214,6 +221,8 @@ class ExperimentRunner:
                 with folder:
                     (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
                     (folder.path / "versions.json").write_text(json.dumps(versions(), indent=1))
+                    if self.calibration:
+                        write_json(folder.path / "calibration.json", self.calibration)
                     RunExecution(run, folder, self.say).execute()
                     try:
                         outcome.metrics = analyse_run(folder.path)

@@ -20,6 +20,10 @@ cpu.csv, one row per process per interval and one `machine` row per interval:
               CPU (the kernel's run_delay): how starved the switch was
     idle      machine rows: the share of all cores' time idle (idle + iowait) over the interval
     load1     machine rows: the one-minute load average
+    steal     machine rows: the share of all cores' time the hypervisor ran something else over the
+              interval (/proc/stat's steal: a VM's CPU taken by its host; 0 on bare metal)
+    runnable  machine rows: threads runnable at the sample (/proc/stat's procs_running, this sampler
+              included): above the core count, threads were waiting for a CPU
 
 A process is only counted while its PID has the start time the ledger recorded: a recycled PID is
 another process and is never attributed to the run. /proc/<pid>/stat counts every thread of the
@@ -40,7 +44,7 @@ from pathlib import Path
 from pcnlab.ledger import RunLedger
 
 SAMPLE_PERIOD_S = 0.5
-COLUMNS = ("host_ns", "pid", "role", "name", "label", "cpu", "top_thread", "wait", "idle", "load1")
+COLUMNS = ("host_ns", "pid", "role", "name", "label", "cpu", "top_thread", "wait", "idle", "load1", "steal", "runnable")
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 # The ledger's labels, as topologies/bmv2.py, the runner and workloads/processes.py write them.
@@ -98,16 +102,26 @@ def read_threads(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def read_machine() -> tuple[int, int, float]:
-    """(busy ticks, idle ticks, load average over one minute) of the whole machine."""
+@dataclass(frozen=True)
+class MachineTicks:
+    busy: int             # clock ticks of all cores not idle (steal included)
+    idle: int             # idle + iowait
+    steal: int            # taken by the hypervisor
+    load1: float          # the one-minute load average
+    runnable: int         # threads runnable now (procs_running)
+
+
+def read_machine() -> MachineTicks:
+    """The whole machine's CPU time so far, and what is runnable now."""
     with open("/proc/stat", "rb") as handle:
-        first = handle.readline().split()
+        lines = handle.read().split(b"\n")
     # user nice system idle iowait irq softirq steal (guest time is already inside user and nice)
-    values = [int(v) for v in first[1:9]]
+    values = [int(v) for v in lines[0].split()[1:9]]
     idle = values[3] + values[4]
+    running = next((int(line.split()[1]) for line in lines if line.startswith(b"procs_running ")), 0)
     with open("/proc/loadavg", "rb") as handle:
         load1 = float(handle.read().split()[0])
-    return sum(values) - idle, idle, load1
+    return MachineTicks(sum(values) - idle, idle, values[7], load1, running)
 
 
 @dataclass(frozen=True)
@@ -143,7 +157,7 @@ class CpuSampler:
         self._thread: threading.Thread | None = None
         self._last: dict[tuple[int, int], int] = {}   # (pid, start time) -> ticks at the last sample
         self._last_threads: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
-        self._last_machine: tuple[int, int] | None = None
+        self._last_machine: MachineTicks | None = None
         self._last_ns = 0
         self._own_cpu_s = 0.0
         self._started_wall = 0.0
@@ -184,15 +198,18 @@ class CpuSampler:
             before = self._last.get(key)
             if before is not None and seconds > 0:
                 share = (ticks[1] - before) / TICKS_PER_S / seconds
-                rows.append((now, proc.pid, proc.role, proc.name, proc.label, round(share, 4), top, wait, "", ""))
-        busy, idle, load1 = read_machine()
+                rows.append((now, proc.pid, proc.role, proc.name, proc.label, round(share, 4), top, wait, "", "", "",
+                             ""))
+        machine = read_machine()
         if self._last_machine is not None and seconds > 0:
-            d_busy, d_idle = busy - self._last_machine[0], idle - self._last_machine[1]
+            before = self._last_machine
+            d_busy, d_idle = machine.busy - before.busy, machine.idle - before.idle
             total = d_busy + d_idle
             if total > 0:
                 rows.append((now, "", "machine", "machine", "all cores", round(d_busy / TICKS_PER_S / seconds, 4),
-                             "", "", round(d_idle / total, 4), load1))
-        self._last, self._last_machine, self._last_ns = seen, (busy, idle), now
+                             "", "", round(d_idle / total, 4), machine.load1,
+                             round((machine.steal - before.steal) / total, 4), machine.runnable))
+        self._last, self._last_machine, self._last_ns = seen, machine, now
         self._last_threads = threads_seen
         return rows
 
@@ -208,7 +225,8 @@ class CpuSampler:
                 if rows:
                     seconds = (self._last_ns - own_ns) / 1e9
                     rows.append((self._last_ns, "", "sampler", "sampler", "this sampler (a thread of the runner)",
-                                 round((own - own_before) / seconds, 4) if seconds > 0 else 0.0, "", "", "", ""))
+                                 round((own - own_before) / seconds, 4) if seconds > 0 else 0.0, "", "", "", "", "",
+                                 ""))
                     writer.writerows(rows)
                     handle.flush()
                     self.samples += 1

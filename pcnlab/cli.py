@@ -78,28 +78,49 @@ def _cmd_controller(args) -> int:
     return 0
 
 
+def _fit(runs, calibration: dict | None, refuse: bool) -> None:
+    """The fit, before the run (experiments/fit.py): printed; a run that will not keep up here refused
+    in one line naming the option that makes it fit, unless `refuse` is off (--force, --dry-run)."""
+    from pcnlab.experiments.fit import estimate, fit_lines
+
+    fits = estimate(runs, calibration)
+    lines = fit_lines(fits)
+    verdict = [line for line in lines if line.startswith("will not keep up")]
+    for line in lines:
+        if not (refuse and line in verdict):
+            print(line)
+    if refuse and verdict:
+        raise UsageError(f"{verdict[0]}; or --force to run it anyway (expect runs marked untrusted)")
+
+
 def _cmd_run(args) -> int:
+    from pcnlab.calibration import read_calibration
     from pcnlab.experiments.config import load_experiment
 
     experiment = load_experiment(args.file, args.overrides)
     runs = experiment.runs()
-    from pcnlab.calibration import load_calibration, rate_warning
-
-    warning = rate_warning(runs, load_calibration())
-    if warning:
-        print(warning)
+    bmv2 = any(run.switch.kind == "bmv2" for run in runs)
     if args.dry_run:
+        found = read_calibration()
+        if bmv2:
+            print(f"calibration: {found.line()}")
+        _fit(runs, found.data, refuse=False)
         print(f"{experiment.name}: {len(runs)} run(s), valid")
         for run in runs:
             print(f"  {run.name}: {run.topology.kind}, {run.switch.kind}, mode {run.mode.kind}, "
-                  f"{len(run.jobs)} job(s), {len(run.background)} background flow(s), {run.duration_s:g} s")
+                  f"{len(run.jobs)} job(s), {len(run.background)} background flow(s), {run.duration_s:g} s"
+                  + (f" (time_scale {run.time_scale:g})" if run.time_scale != 1 else ""))
         return 0
+    from pcnlab.experiments.calibrate import ensure_calibration
     from pcnlab.experiments.runner import ExperimentRunner
     from pcnlab.toolchain import require_root
 
     require_root()
     _stop_on_sigterm()  # the run marked aborted, earlier runs intact
-    outcomes = ExperimentRunner(experiment, Path(args.results)).run_all()
+    # A verdict is measured against this machine: the first run on it measures it first.
+    calibration = ensure_calibration(Path(args.results)) if bmv2 else None
+    _fit(runs, calibration, refuse=not args.force)
+    outcomes = ExperimentRunner(experiment, Path(args.results), calibration=calibration).run_all()
     failed = [o for o in outcomes if o.status != "finished"]
     return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
 
@@ -198,7 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="an experiment YAML file, e.g. experiments/smoke.yaml")
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                    help="override a key (dotted), e.g. --set mode=pcn --set duration_s=10")
-    p.add_argument("--dry-run", action="store_true", help="validate and list the runs; start nothing")
+    p.add_argument("--dry-run", action="store_true", help="validate and list the runs, with the fit estimate; "
+                   "start nothing")
+    p.add_argument("--force", action="store_true", help="run even when the fit estimate says the runs will not "
+                   "keep up on this machine")
     p.add_argument("--results", default="results", help="results folder (default: results)")
     p.set_defaults(func=_cmd_run)
 

@@ -145,6 +145,19 @@ def check_podman() -> Check:
                  required=False)
 
 
+def check_calibration() -> Check:
+    """The calibration runs are judged by: this machine's, or what the first run will do about it."""
+    from pcnlab.calibration import read_calibration
+
+    found = read_calibration()
+    if found.state == "ok":
+        return Check("calibration", True, found.line(), required=False)
+    todo = "the next run measures it first (about 30 s); `pcnlab calibrate` measures more"
+    if found.state == "absent":
+        return Check("calibration", False, f"{found.path}: none yet; {todo}", required=False)
+    return Check("calibration", False, f"{found.line()}; {todo} and keeps this file beside it", required=False)
+
+
 def run_checks() -> list[Check]:
     return [
         check_root(),
@@ -160,6 +173,7 @@ def run_checks() -> list[Check]:
         check_ecn(),
         check_ports(),
         check_podman(),
+        check_calibration(),
     ]
 
 

@@ -91,17 +91,31 @@ def run_folder(tmp_path, request):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def no_machine_calibration(tmp_path_factory):
-    """Tests judge fidelity against the defaults, not against whatever `pcnlab calibrate` last wrote on
-    this machine (a calibrated idle lag of 63 µs instead of the default 100 µs turned a passing run
-    untrusted); a test that wants a calibration sets PCNLAB_CALIBRATION itself."""
+def session_calibration_file(tmp_path_factory) -> Path:
+    """Tests judge fidelity against the machine they run on, measured once per session into a file of the
+    session's (PCNLAB_CALIBRATION): the first `pcnlab run` measures it (as on a user's first run), or the
+    `machine_calibration` fixture does; never the defaults of another machine, nor whatever `pcnlab
+    calibrate` last wrote here."""
     saved = os.environ.get("PCNLAB_CALIBRATION")
-    os.environ["PCNLAB_CALIBRATION"] = str(tmp_path_factory.mktemp("calibration") / "none.json")
-    yield
+    path = tmp_path_factory.mktemp("calibration") / "calibration.json"
+    os.environ["PCNLAB_CALIBRATION"] = str(path)
+    yield path
     if saved is None:
         os.environ.pop("PCNLAB_CALIBRATION", None)
     else:
         os.environ["PCNLAB_CALIBRATION"] = saved
+
+
+@pytest.fixture(scope="session")
+def machine_calibration(session_calibration_file, tmp_path_factory) -> dict:
+    """This machine's calibration (the session's file, measured now if no run has yet): what a test
+    that asserts trust, or takes a margin from the machine, judges by."""
+    reason = _why_no_bmv2()
+    if reason:
+        pytest.skip(reason)
+    from pcnlab.experiments.calibrate import ensure_calibration
+
+    return ensure_calibration(tmp_path_factory.mktemp("calibrate"))
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +155,7 @@ sweep:
 
 
 @pytest.fixture(scope="session")
-def viewed_sweep(tmp_path_factory) -> Path:
+def viewed_sweep(tmp_path_factory, machine_calibration) -> Path:
     """One short real BMv2 sweep (ecn, pcn; 6 s each, telemetry on every packet) that the view's tests
-    and the example notebook's share: its results/<experiment> folder."""
-    reason = _why_no_bmv2()
-    if reason:
-        pytest.skip(reason)
+    and the example notebook's share, judged against this machine: its results/<experiment> folder."""
     return run_experiment(VIEWED, tmp_path_factory.mktemp("viewed"), "viewed") / "viewed"

@@ -18,7 +18,7 @@ import yaml
 
 from pcnlab.controller.telemetry import COLUMNS
 from pcnlab.errors import UsageError
-from pcnlab.calibration import capacity_pps, load_calibration, rate_warning, save_calibration
+from pcnlab.calibration import capacity_pps, load_calibration, save_calibration
 from pcnlab.experiments.config import load_experiment
 from pcnlab.analysis.fidelity import (backlogged_rate, check_run, controller_lag, processing_lag_us,
                                          telemetry_loss, verdict_line)
@@ -123,7 +123,7 @@ def test_controller_lag_runs_from_a_report_to_the_window_write_it_caused():
 
 # --- the verdict of a run folder -------------------------------------------------------------------------
 
-def _run_folder(path: Path, fidelity: dict | None = None) -> Path:
+def _run_folder(path: Path, fidelity: dict | None = None, steal: float | None = None) -> Path:
     """A run whose s1 port 4 (10 Mbit/s: 826 packets/s) sent one packet per 1514 µs while backlogged
     (660.5 packets/s: 80 %), BMv2 s1 at 95 % of a core, the machine 2 % idle, 20 of 1000 telemetry
     records lost, and a window written 80 ms after its report."""
@@ -151,7 +151,7 @@ def _run_folder(path: Path, fidelity: dict | None = None) -> Path:
         cpu.append({"host_ns": t, "pid": 10, "role": "bmv2", "name": "s1", "label": "simple_switch_grpc s1",
                     "cpu": 0.95, "top_thread": 0.4, "wait": 0.3})
         cpu.append({"host_ns": t, "role": "machine", "name": "machine", "label": "all cores", "cpu": 1.96,
-                    "idle": 0.02, "load1": 4.2})
+                    "idle": 0.02, "load1": 4.2, **({"steal": steal, "runnable": 5} if steal is not None else {})})
     pd.DataFrame(cpu).to_csv(path / "cpu.csv", index=False)
     return path
 
@@ -193,6 +193,31 @@ def test_thresholds_come_from_the_runs_config(tmp_path):
                                  "CPU up to 30 % of the time, machine 2 % idle (p5)"]
 
 
+def test_steal_is_recorded_and_named_in_the_findings_it_took_part_in(tmp_path):
+    stolen = check_run(_run_folder(tmp_path / "stolen", steal=0.12), calibration={}, write=False)
+    assert stolen["checks"]["cpu"]["steal"]["p95"] == pytest.approx(0.12)
+    assert stolen["checks"]["cpu"]["runnable"]["max"] == 5
+    assert stolen["reasons"][0].endswith("machine 2 % idle (p5), CPU steal up to 12 % of the machine (p95: its "
+                                         "hypervisor ran something else)")
+    # No steal (bare metal), or a cpu.csv from before steal was sampled: not a word of it.
+    for name, steal in (("none", 0.0), ("old", None)):
+        out = check_run(_run_folder(tmp_path / name, steal=steal), calibration={}, write=False)
+        assert not any("steal" in r for r in out["reasons"]), out["reasons"]
+        assert (out["checks"]["cpu"]["steal"] is None) == (steal is None)
+
+
+def test_the_calibration_that_judged_a_run_is_the_one_it_recorded(tmp_path):
+    path = _run_folder(tmp_path / "run")
+    recorded = {"path": "/var/lib/pcnlab/calibration.json", "kind": "quick", "measured": "2026-11-28T10:00:00",
+                "idle_lag_us": {"p95": 8.0}, "forward_pps": {"off": 9000.0}}
+    (path / "calibration.json").write_text(json.dumps(recorded))
+    out = check_run(path, write=False)
+    assert out["checks"]["calibration"]["source"] == recorded["path"]
+    assert out["checks"]["calibration"]["measured"] == recorded["measured"]
+    assert out["checks"]["calibration"]["idle_lag_p95_us"] == 8.0
+    assert out["checks"]["lag_us"]["s1"]["limit_us"] == 40.0      # 5 x the recorded 8 µs, whatever this machine's
+
+
 # --- the sampler ------------------------------------------------------------------------------------------
 
 def test_labels_become_roles_and_short_names():
@@ -224,6 +249,7 @@ def test_sampler_measures_the_ledgers_processes_and_never_a_recycled_pid(tmp_pat
     assert cpu[cpu["name"] == "s9"].empty
     machine = cpu[cpu["role"] == "machine"]
     assert len(machine) == len(s1) and machine["idle"].between(0, 1).all() and (machine["load1"] >= 0).all()
+    assert machine["steal"].between(0, 1).all() and (machine["runnable"] >= 1).all()   # the sampler itself runs
     assert machine["cpu"].median() > 0.5      # the hog is part of the machine's busy time
     # Cheap: the sampling thread's own CPU time is a small fraction of a core.
     assert cost.samples >= 8 and cost.share < 0.02, cost
@@ -263,12 +289,9 @@ def test_capacity_with_sampled_telemetry_lies_between_the_two_measured_figures()
     assert capacity_pps(calibration, 10) == pytest.approx(1 / (1 / 5000 + (1 / 3000 - 1 / 5000) / 10))
 
 
-def test_run_warns_once_when_a_link_rate_exceeds_the_calibration(tmp_path):
+def test_dry_run_says_once_that_runs_will_not_keep_up_with_the_calibration(tmp_path):
     path = tmp_path / "fid.yaml"
     path.write_text(EXPERIMENT)
-    runs = load_experiment(path).runs()
-    assert rate_warning(runs, None) is None
-    assert rate_warning(runs, {"forward_pps": {"off": 20000.0, "every1": 15000.0}}) is None
     calibration_file = tmp_path / "calibration.json"
     save_calibration({"forward_pps": {"off": 9000.0, "every1": 6000.0}}, calibration_file)
     assert load_calibration(calibration_file)["forward_pps"]["every1"] == 6000.0
@@ -276,8 +299,11 @@ def test_run_warns_once_when_a_link_rate_exceeds_the_calibration(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(path), "--dry-run"], capture_output=True,
                           text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "topology.bw 100 Mbit/s needs 8256 packets/s, more than the 6000" in warnings[0]
+    said = proc.stdout.splitlines()
+    assert said[0].startswith(f"calibration: full calibration {calibration_file}")
+    verdicts = [line for line in said if line.startswith("will not keep up here")]
+    assert len(verdicts) == 1 and "the 6,000 one BMv2 switch forwards here" in verdicts[0], said
+    assert "--set time_scale=" in verdicts[0]
 
 
 def test_a_background_flow_that_lost_its_ecn_is_a_reason(tmp_path):

@@ -5,6 +5,7 @@ switch running."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -39,3 +40,62 @@ def test_sigterm_stops_calibrate_and_leaves_nothing(tmp_path):
     assert not [n for n in data.namespaces if is_running(n.pid, n.start_time)]
     assert not out.exists()
     assert json.loads((ledger.parent / "status.json").read_text())["status"] == "aborted"
+
+
+# --- a machine judged by its own measure ---------------------------------------------------------------
+
+TINY = """
+name: tiny
+topology: {kind: star, hosts: 2, bw: 10, queue: 60}
+mode: {kind: ecn, K: 20}
+telemetry: 1
+background:
+  - {src: h2, dst: h1}
+duration_s: 4
+warmup_s: 0
+"""
+
+
+@needs_bmv2
+def test_the_quick_calibration_measures_this_machine(machine_calibration):
+    """What a run measures on a machine without a calibration (conftest's session file, measured once):
+    this machine's name, both forwarding figures from loss-free steps, the idle lag over a light step."""
+    from pcnlab.calibration import machine_identity, read_calibration
+    from pcnlab.experiments.calibrate import MAX_LOSS, QUICK_LAG_S, STEPS_PPS
+
+    assert machine_calibration["kind"] == "quick" and machine_calibration["machine"] == machine_identity()
+    assert read_calibration().state == "ok"
+    steps = machine_calibration["steps"]
+    for label in ("off", "every1"):
+        figure = machine_calibration["forward_pps"][label]
+        lossless = [s["received_pps"] for s in steps if s["telemetry"] == label and s["loss"] <= MAX_LOSS]
+        assert figure == max(lossless) and figure >= STEPS_PPS[0] * 0.95
+    lag = machine_calibration["idle_lag_us"]
+    assert 0 < lag["p50"] <= lag["p95"] and lag["n"] >= 0.8 * STEPS_PPS[0] * QUICK_LAG_S
+
+
+@needs_bmv2
+def test_a_foreign_calibration_is_kept_and_the_machine_measured_before_the_run(tmp_path, machine_calibration):
+    foreign = {**machine_calibration, "machine": {**machine_calibration["machine"], "host": "another-machine"}}
+    foreign.pop("path")
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(foreign))
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY)
+    env = dict(os.environ, PCNLAB_CALIBRATION=str(path))
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(tmp_path / "r")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = proc.stdout.splitlines()
+    named = [line for line in said if line.startswith("calibration: ")]
+    assert len(named) == 1 and str(path) in named[0] and "host 'another-machine'" in named[0], said
+    assert sum(line.startswith("calibrating: ") for line in said) == 1
+    (kept,) = tmp_path.glob("calibration.foreign-*.json")          # nothing lost
+    assert json.loads(kept.read_text()) == foreign
+    from pcnlab.calibration import read_calibration
+
+    found = read_calibration(path)
+    assert found.state == "ok" and found.data["kind"] == "quick"
+    (run,) = (tmp_path / "r" / "tiny").glob("2*/run")
+    assert json.loads((run / "calibration.json").read_text())["measured"] == found.data["measured"]
+    assert json.loads((run / "fidelity.json").read_text())["checks"]["calibration"]["source"] == str(path)

@@ -1,4 +1,5 @@
-"""The fidelity check on real runs (`pcnlab run` on BMv2): a light run is trusted; the same run with its
+"""The fidelity check on real runs (`pcnlab run` on BMv2), judged against this machine's own calibration
+(measured once per session: conftest.machine_calibration): a light run is trusted; the same run with its
 switches starved of CPU (pinned to one core beside CPU hogs of higher priority) is not, and says so
 about the switches, not only about the machine."""
 
@@ -39,10 +40,8 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "light.yaml"
     spec.write_text(LIGHT)
     results = tmp_path / "results"
-    # No calibration file of this machine: the checks use their defaults, the same on every machine.
-    env = dict(os.environ, PCNLAB_CALIBRATION=str(tmp_path / "no-calibration.json"))
     proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, results / "light"
 
 
@@ -51,14 +50,21 @@ def _verdict(experiment: Path) -> tuple[Path, dict]:
     return run, json.loads((run / "fidelity.json").read_text())
 
 
-def test_light_run_is_trusted(tmp_path):
+def test_light_run_is_trusted(tmp_path, machine_calibration):
     proc, experiment = _start(tmp_path)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
+    assert "calibrating" not in out          # the session's calibration belongs to this machine: used as it is
     run, fidelity = _verdict(experiment)
     assert fidelity["trusted"] is True, fidelity["reasons"]
     assert "fidelity: trusted" in out
     checks = fidelity["checks"]
+    # Judged by this machine's measure, recorded beside the verdict.
+    assert json.loads((run / "calibration.json").read_text())["measured"] == machine_calibration["measured"]
+    assert checks["calibration"]["source"] == machine_calibration["path"]
+    assert checks["calibration"]["idle_lag_p95_us"] == machine_calibration["idle_lag_us"]["p95"]
+    assert checks["lag_us"]["s1"]["limit_us"] == pytest.approx(5 * machine_calibration["idle_lag_us"]["p95"])
+    assert checks["cpu"]["steal"]["n"] > 0 and checks["cpu"]["runnable"]["max"] >= 1
     neck = next(p for p in checks["ports"] if (p["switch"], p["port"]) == ("s1", 4))
     assert neck["bottleneck"] and neck["backlogged_s"] > 5 and 0.95 <= neck["share"] <= 1.05
     assert set(checks["cpu"]["bmv2"]) == {"s1", "s2"} and set(checks["lag_us"]) == {"s1", "s2"}
@@ -86,7 +92,7 @@ def _bmv2_pids(experiment: Path, want: int, timeout: float = 300) -> list[int]:
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores: one to starve, one for the rest")
-def test_starved_switch_is_untrusted(tmp_path):
+def test_starved_switch_is_untrusted(tmp_path, machine_calibration):
     proc, experiment = _start(tmp_path)
     hogs: list[subprocess.Popen] = []
     try:

@@ -100,7 +100,7 @@ def test_pcn_training_by_hand_does_not_keep_up_on_the_slow_vm_and_its_suggestion
     assert fit.rate_overrides == ("topology.bw=10", "topology.first_bw=10")
     lines = fit_lines(fits)
     assert len(lines) == 2 and lines[1].startswith("will not keep up here: s1 at about 3,000 packets/s")
-    assert lines[1].endswith("(pcnlab calibrate, 2026-11-28): add --set time_scale=2 (or --set topology.bw=10 "
+    assert lines[1].endswith("(calibrated 2026-11-28): add --set time_scale=2 (or --set topology.bw=10 "
                              "--set topology.first_bw=10)") or "time_scale" not in section_keys("")
     fixed = estimate(runs_of("pcn-training", fit.rate_overrides), SLOW_VM, cores=CORES)
     assert all(f.keeps_up is True for f in fixed)
