@@ -62,6 +62,11 @@ class CpuQuota:
         path.mkdir()
         (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
         (path / "cpu.cfs_quota_us").write_text(str(quota))
+        # v1 gives a new group no realtime budget: a realtime switch (switch.realtime) could not start in it.
+        # Its share of the parent's budget, as for the rest of its CPU.
+        parent = int((base / "cpu.rt_runtime_us").read_text())
+        if parent > 0:
+            (path / "cpu.rt_runtime_us").write_text(str(int(parent * min(1.0, cores / (os.cpu_count() or 1)))))
         return cls(path, 1, cores)
 
     def join(self) -> None:
@@ -128,8 +133,9 @@ def run_held(command: list[str], cpu_pct: float, hogs: int, say=print) -> int:
     try:
         for _ in range(hogs):
             started.append(subprocess.Popen([sys.executable, "-c", HOG]))
+        pids = f" (pids {' '.join(str(h.pid) for h in started)})" if started else ""
         say(f"slow machine: the command held to {cpu_pct:g} % of {cores} cores ({quota.describe()}), "
-            f"{hogs} CPU hog(s) beside it", flush=True)
+            f"{hogs} CPU hog(s) beside it{pids}", flush=True)
         child = subprocess.Popen(command, preexec_fn=join)
         status = child.wait()
     except KeyboardInterrupt:
