@@ -1,6 +1,7 @@
 """The load a run puts on its switches, before it runs: packets/s per switch when every job's and
-background flow's traffic is backlogged at once and shares the links max-min fairly (progressive filling
-over the routed paths, topologies/routing.py; a flow's rate is bounded by every link on its path), each
+background flow's traffic is as heavy as it can be at once and shares the links max-min fairly
+(progressive filling over the routed paths, topologies/routing.py; a flow's rate is bounded by every link
+on its path, and a job's by what it sends per iteration over its shortest iteration: `job_flows`), each
 TCP data packet bringing back half an ACK (one per two segments) that weighs a full packet in a switch's
 egress queue (BMv2 drains its queues in packets/s, pcnlab/rates.py); a switch forwards every data packet
 and ACK whose path crosses it. Telemetry clones are not counted here: what one switch forwards with
@@ -12,19 +13,22 @@ paths but no progressive filling), and the model is a few lines of plain Python.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from pcnlab.rates import rate_pps
+from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.routing import compute_routes, ports_of
 from pcnlab.workloads.specs import JobSpec
 
 ACKS_PER_PACKET = 0.5          # TCP's delayed ACK (and LTP's, workloads/ltp/acks.py): one per two segments
+SEGMENT_BYTES = FRAME_BYTES - 14 - 20 - 32     # a full frame's TCP payload (Ethernet, IPv4, TCP with timestamps)
 
 
 @dataclass(frozen=True)
 class Flow:
-    """One direction of traffic, backlogged: src to dst, at most `cap_pps` (a background flow's rate)."""
+    """One direction of traffic, src to dst, backlogged up to `cap_pps` (a background flow's rate, what a
+    job sends per iteration; None: no cap)."""
 
     src: str
     dst: str
@@ -35,16 +39,49 @@ def flows(run) -> list[Flow]:
     """Every job's and background flow's traffic, one Flow per direction between two hosts."""
     out = []
     for job in run.jobs:
-        spec = JobSpec(**job.job_spec_kwargs())
-        if spec.comm_pattern == "ps":
-            for server in spec.servers:
-                for worker in spec.workers:
-                    out += [Flow(worker, server), Flow(server, worker)]
-        else:                                   # ring, a ring generator, torchrun: each rank to the next
-            ranks = [host for _, _, host in spec.placements()]
-            out += [Flow(a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1])]
+        out += job_flows(JobSpec(**job.job_spec_kwargs()))
     out += [Flow(f.src, f.dst, rate_pps(f.rate) if f.rate else None) for f in run.background]
     return [f for f in out if f.src != f.dst]
+
+
+def job_flows(spec: JobSpec) -> list[Flow]:
+    """A job's flows, each capped at its bytes per iteration over the job's shortest iteration (its period,
+    or its compute_ms: an iteration is never shorter) in full-size segments; uncapped (backlogged) where
+    the job gives no such time (compute_ms 0, a torchrun script). PyTorch jobs send their whole model
+    uncompressed (an upper bound: compression only sends less)."""
+    gap_s = (spec.period_ms or spec.compute_ms) / 1e3 if spec.kind != "torchrun" else 0.0
+
+    def cap(nbytes: float) -> float | None:
+        return nbytes / SEGMENT_BYTES / gap_s if gap_s > 0 else None
+
+    if spec.comm_pattern == "ps":
+        up, down = _iteration_bytes(spec)
+        return [flow for server in spec.servers for worker in spec.workers
+                for flow in (Flow(worker, server, cap(up / len(spec.servers))),
+                             Flow(server, worker, cap(down / len(spec.servers))))]
+    ranks = [host for _, _, host in spec.placements()]      # ring, a ring generator, torchrun: rank to next
+    up, _ = _iteration_bytes(spec)
+    if spec.kind == "ring":       # ring all-reduce: each rank sends 2 (n - 1) / n of the model per iteration
+        up = up * 2 * (len(ranks) - 1) / len(ranks)
+    return [Flow(a, b, cap(up)) for a, b in zip(ranks, ranks[1:] + ranks[:1])]
+
+
+def _iteration_bytes(spec: JobSpec) -> tuple[float, float]:
+    """Bytes one worker sends per iteration, and receives back (a generator's reply; a PS's parameters)."""
+    if spec.kind == "burst":
+        return spec.burst_bytes, spec.reply_bytes if spec.reply_bytes is not None else spec.burst_bytes
+    if spec.kind == "torchrun":
+        return 0.0, 0.0
+    size = 4 * model_parameters(spec.model, spec.profile_scale)    # float32 gradients, and parameters back
+    return size, size
+
+
+@functools.lru_cache(maxsize=None)
+def model_parameters(model: str, profile_scale: float) -> int:
+    """A PyTorch model's parameters, counted on the model the workers build (workloads/models.py)."""
+    from pcnlab.workloads.models import build_model
+
+    return sum(p.numel() for p in build_model(model, 0, profile_scale).parameters())
 
 
 def switch_pps(run, topologies: dict | None = None) -> dict[str, float]:
