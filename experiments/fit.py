@@ -1,8 +1,9 @@
 """The fit, before the run: will each run keep up on this machine? An estimate from the machine's
 calibration (pcnlab/calibration.py) and the runs' configurations, made before anything starts.
 
-The busiest switch's packets/s (experiments/traffic.py: everything backlogged at once, max-min fair over
-the routes, with the ACKs) against what one BMv2 switch forwards here with the run's telemetry setting
+The busiest switch's packets/s (experiments/traffic.py: every flow as heavy as it can be at once, a
+job's at most what it sends per iteration over its shortest iteration, max-min fair over the routes, with
+the ACKs) against what one BMv2 switch forwards here with the run's telemetry setting
 (`capacity_pps`) is the packet fit. The processes that want a CPU (switches, collectors, job processes,
 background senders and receivers) are counted against the cores; the calibration's `workers` figure
 (how many PyTorch workers ran beside one switch at a rate while it held it) is the only measure they are
@@ -186,11 +187,13 @@ def _rate_params(run) -> dict[str, float]:
 
 def _with_rates(run, rates: dict[str, float], factor: float = 1.0):
     """The run with these topology rates (and, under a time_scale `factor`, its other rates alike: the
-    background flows' caps, the schedule's link rates)."""
+    background flows' caps, the schedule's link rates; and its jobs' times the other way, so what a job
+    sends per iteration is spread over longer iterations, as in a run at that time_scale)."""
     background = tuple(replace(f, rate=f.rate * factor) if f.rate else f for f in run.background)
     schedule = tuple(replace(c, bw=c.bw * factor) if c.bw is not None else c for c in run.schedule)
+    jobs = tuple(replace(j, compute_ms=j.compute_ms / factor, period_ms=j.period_ms / factor) for j in run.jobs)
     return replace(run, topology=replace(run.topology, params={**run.topology.params, **rates}),
-                   background=background, schedule=schedule)
+                   background=background, schedule=schedule, jobs=jobs)
 
 
 def _round_down(mbps: float) -> float:

@@ -55,14 +55,16 @@ def job_flows(spec: JobSpec) -> list[Flow]:
         return nbytes / SEGMENT_BYTES / gap_s if gap_s > 0 else None
 
     if spec.comm_pattern == "ps":
+        # Each shard capped at the whole model: shards are whole tensors, largest first (workloads/ps.py),
+        # so one shard may carry nearly all of it.
         up, down = _iteration_bytes(spec)
         return [flow for server in spec.servers for worker in spec.workers
-                for flow in (Flow(worker, server, cap(up / len(spec.servers))),
-                             Flow(server, worker, cap(down / len(spec.servers))))]
+                for flow in (Flow(worker, server, cap(up)), Flow(server, worker, cap(down)))]
     ranks = [host for _, _, host in spec.placements()]      # ring, a ring generator, torchrun: rank to next
     up, _ = _iteration_bytes(spec)
-    if spec.kind == "ring":       # ring all-reduce: each rank sends 2 (n - 1) / n of the model per iteration
-        up = up * 2 * (len(ranks) - 1) / len(ranks)
+    # A ring all-reduce, PyTorch's or the generator's (workloads/burst.py: 2 (n - 1) chunks of 1/n): each
+    # rank sends 2 (n - 1) / n of it per iteration.
+    up = up * 2 * (len(ranks) - 1) / len(ranks)
     return [Flow(a, b, cap(up)) for a, b in zip(ranks, ranks[1:] + ranks[:1])]
 
 

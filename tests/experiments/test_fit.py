@@ -400,3 +400,33 @@ def test_a_torchrun_job_is_backlogged():
     spec = JobSpec(name="mine", kind="torchrun", workers=("h1", "h2", "h3"), argv=("train.py",), compute_ms=100)
     assert job_flows(spec) == [Flow("h1", "h2"), Flow("h2", "h3"), Flow("h3", "h1")]
     assert all(f.cap_pps is None for f in job_flows(spec))
+
+
+def test_a_generator_ring_sends_2_n_minus_1_over_n_of_its_burst(tmp_path):
+    # workloads/burst.py's ring: 2 (n - 1) chunks of burst_bytes / n per iteration. Three ranks, 434,400
+    # bytes every 100 ms: 4/3 x 434,400 = 579,200 bytes = 400 segments per 0.1 s = 4,000 packets/s.
+    spec = job_spec(tmp_path, "    kind: generator\n    pattern: ring\n    workers: [h1, h2, h3]\n"
+                              "    burst_bytes: 434400\n    period_ms: 100")
+    assert [f.cap_pps for f in job_flows(spec)] == [pytest.approx(4000.0)] * 3
+
+
+def test_each_shard_of_a_ps_is_capped_at_the_whole_model(tmp_path):
+    # Shards are whole tensors, largest first (workloads/ps.py): digits-mlp's two shards hold 8,192 and
+    # 1,418 parameters, so an even split (19,220 bytes each) would undercount the heavy one. Each is
+    # capped at the whole model: 38,440 bytes per 0.1 s = 265.5 packets/s, the upper bound.
+    spec = job_spec(tmp_path, "    kind: ps\n    ps: [h1, h4]\n    workers: [h2, h3]\n    model: digits-mlp\n"
+                              "    compute_ms: 100")
+    assert len(job_flows(spec)) == 8
+    assert [f.cap_pps for f in job_flows(spec)] == [pytest.approx(4 * 9_610 / 1448 / 0.1)] * 8
+
+
+def test_a_suggested_time_scale_spreads_a_jobs_bytes_over_its_longer_iterations():
+    # Smoke with 400,000-byte bursts and both links at 70 Mbit/s (5,779 packets/s each). At time_scale 2 the
+    # links carry 2,890 and each worker's 400,000 bytes come every 1,000 ms, not 500: 276.2 packets/s each.
+    # The estimate of the suggestion must be of that run, as `--set time_scale=2` makes it.
+    heavy = ["jobs.0.burst_bytes=400000", "topology.bw=70", "topology.bottleneck_bw=70"]
+    fits = estimate(runs_of("smoke", heavy), SLOW_VM, cores=CORES)
+    assert fits[0].keeps_up is False and fits[0].time_scale == 2        # 3 when the jobs' times were not scaled
+    scaled = estimate(runs_of("smoke", heavy + ["time_scale=2"]), SLOW_VM, cores=CORES)
+    assert all(f.keeps_up for f in scaled)
+    assert scaled[0].pps == pytest.approx(1.5 * (rate_pps(35) + 400_000 / 1448 / 1.0))
