@@ -41,6 +41,7 @@ class CpuQuota:
     path: Path
     version: int
     cores: float
+    note: str = ""              # what it could not set (v1's realtime budget, when others hold it)
 
     @classmethod
     def create(cls, cores: float, name: str) -> "CpuQuota":
@@ -65,9 +66,14 @@ class CpuQuota:
         # v1 gives a new group no realtime budget: a realtime switch (switch.realtime) could not start in it.
         # Its share of the parent's budget, as for the rest of its CPU.
         parent = int((base / "cpu.rt_runtime_us").read_text())
+        realtime = ""
         if parent > 0:
-            (path / "cpu.rt_runtime_us").write_text(str(int(parent * min(1.0, cores / (os.cpu_count() or 1)))))
-        return cls(path, 1, cores)
+            share = int(parent * min(1.0, cores / (os.cpu_count() or 1)))
+            try:
+                (path / "cpu.rt_runtime_us").write_text(str(share))
+            except OSError as exc:     # the parent's budget already given to other groups (EINVAL)
+                realtime = f"no realtime budget for it ({exc.strerror}: other groups hold the parent's)"
+        return cls(path, 1, cores, realtime)
 
     def join(self) -> None:
         """Moves the calling process into the cgroup (its children follow)."""
@@ -77,7 +83,7 @@ class CpuQuota:
         if self.version == 2:
             return f"cgroup v2 {self.path}/cpu.max {(self.path / 'cpu.max').read_text().strip()}"
         return (f"cgroup v1 {self.path}/cpu.cfs_quota_us {(self.path / 'cpu.cfs_quota_us').read_text().strip()} "
-                f"per {PERIOD_US} µs")
+                f"per {PERIOD_US} µs" + (f"; {self.note}" if self.note else ""))
 
     def used_s(self) -> float | None:
         """CPU time its processes used so far (s)."""
