@@ -281,7 +281,7 @@ def _cpu_note(figures: dict | None):
 def _contention(figures: dict) -> str:
     """Steal, when it took part: the machine's CPU that its hypervisor gave to something else."""
     steal = figures.get("steal")
-    if steal and steal["p95"] > 0:
+    if steal and round(steal["p95"] * 100) >= 1:          # as it prints: "up to 0 %" says nothing
         return f", CPU steal up to {_pct(steal['p95'])} of the machine (p95: its hypervisor ran something else)"
     return ""
     return note

@@ -118,6 +118,33 @@ def machine_calibration(session_calibration_file, tmp_path_factory) -> dict:
     return ensure_calibration(tmp_path_factory.mktemp("calibrate"))
 
 
+# A switch whose threads waited for a CPU this share of the time (p95) was starved by the machine: the
+# negative control (test_fidelity_bmv2's starved switch) must reach it, and a run meant to be light that
+# is untrusted and reached it is skipped with its verdict: that machine cannot keep up with even it.
+STARVED_WAIT = 0.3
+
+
+def starved(fidelity: dict) -> str | None:
+    """Why a run was untrusted because the machine starved its switches (measured: their threads waited
+    for a CPU at least STARVED_WAIT of the time), or None (trusted, or untrusted for another reason)."""
+    if fidelity.get("trusted"):
+        return None
+    waits = [b["wait"]["p95"] for b in ((fidelity.get("checks") or {}).get("cpu") or {}).get("bmv2", {}).values()
+             if b.get("wait")]
+    if not waits or max(waits) < STARVED_WAIT:
+        return None
+    return (f"this machine starved even this light run's switches (threads waiting for a CPU "
+            f"{max(waits):.0%} of the time): {'; '.join(fidelity.get('reasons', [])[:1])}")
+
+
+def require_trusted(fidelity: dict) -> None:
+    """A run meant to be light must be trusted; skipped, with the measured reason, where the machine starved it."""
+    why = starved(fidelity)
+    if why:
+        pytest.skip(why)
+    assert fidelity["trusted"] is True, fidelity.get("reasons")
+
+
 @pytest.fixture(scope="module")
 def module_results():
     """A results folder the runs of one test module share, removed after them."""
@@ -159,3 +186,11 @@ def viewed_sweep(tmp_path_factory, machine_calibration) -> Path:
     """One short real BMv2 sweep (ecn, pcn; 6 s each, telemetry on every packet) that the view's tests
     and the example notebook's share, judged against this machine: its results/<experiment> folder."""
     return run_experiment(VIEWED, tmp_path_factory.mktemp("viewed"), "viewed") / "viewed"
+
+
+def require_trusted_sweep(sweep: Path) -> None:
+    """Every run of a sweep (its latest) trusted, or the test skipped where the machine starved one."""
+    import json
+
+    for fidelity in sorted(Path(sweep).glob("latest/*/fidelity.json")):
+        require_trusted(json.loads(fidelity.read_text()))

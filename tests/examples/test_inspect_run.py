@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_trusted_sweep
+
 nbformat = pytest.importorskip("nbformat", reason="nbformat not installed: make deps (the dev extras)")
 nbclient = pytest.importorskip("nbclient", reason="nbclient not installed: make deps (the dev extras)")
 pytest.importorskip("ipykernel", reason="ipykernel not installed: make deps (the dev extras)")
@@ -16,6 +18,7 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "inspect-run.ipynb
 
 
 def test_the_notebook_runs_on_a_real_sweep(viewed_sweep, monkeypatch):
+    require_trusted_sweep(viewed_sweep)        # the notebook reads the kept (trusted) runs
     monkeypatch.setenv("PCNLAB_RUNS", str(viewed_sweep))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ROOT, needs_bmv2, run_experiment
+from conftest import ROOT, needs_bmv2, require_trusted, run_experiment
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.workloads.containers import container_exists
 
@@ -95,4 +95,4 @@ def test_in_containers_the_same_training_and_no_container_left(bare, module_resu
         assert not container_exists(name)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["job_iterations"]["ddp"] == {"source": "log", "found": STEPS, "printed": STEPS, "consistent": True}
-    assert json.loads((run / "fidelity.json").read_text())["trusted"], (run / "fidelity.json").read_text()
+    require_trusted(json.loads((run / "fidelity.json").read_text()))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import require_trusted_sweep
 from pcnlab.chromium import Page, chromium_binary
 from pcnlab.analysis.results import load_run
 
@@ -94,6 +95,7 @@ def test_a_sweep_is_viewed_side_by_side(viewed_sweep, tmp_path):
 
 
 def test_an_untrusted_run_says_so_at_the_top(viewed_sweep, tmp_path):
+    require_trusted_sweep(viewed_sweep)        # its ecn run is the trusted one it is held against
     run = tmp_path / "mode=ecn"
     shutil.copytree(viewed_sweep / "latest" / "mode=ecn", run)
     reason = "s1 port 4 achieved 71 % of its 10 Mbit/s while backlogged: BMv2 s1 at 98 % of a core"
