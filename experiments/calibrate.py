@@ -31,7 +31,8 @@ from pcnlab.controller.controller import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.endpoints import PortQueue
-from pcnlab.errors import PcnLabError
+from pcnlab.errors import PcnLabError, UsageError
+from pcnlab.files import writable
 from pcnlab.calibration import (cpu_steal_since_boot, describe, load_calibration, read_calibration, save_calibration,
                                 set_aside)
 from pcnlab.analysis.fidelity_limits import FidelityConfig
@@ -303,6 +304,10 @@ def ensure_calibration(results: Path, say=print) -> dict:
     found = read_calibration()
     if found.state == "ok":
         return found.data
+    unwritable = writable(found.path)
+    if unwritable:
+        raise UsageError(f"this machine has no calibration of its own and none can be written to {found.path} "
+                         f"({unwritable}); set PCNLAB_CALIBRATION to a file you can write")
     if found.state in ("damaged", "foreign"):
         kept = set_aside(found)
         say(f"calibration: {found.path} {found.why}; kept as {kept.name}, measuring this machine again")

@@ -97,3 +97,4 @@ def test_what_a_verdict_records_of_its_calibration(tmp_path):
     assert provenance(None) == {"source": "default (not calibrated)"}
     line = describe(data)
     assert "quick calibration" in line and "idle lag p95 296 µs" in line and "12,000 packets/s" in line
+
