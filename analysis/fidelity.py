@@ -284,7 +284,6 @@ def _contention(figures: dict) -> str:
     if steal and round(steal["p95"] * 100) >= 1:          # as it prints: "up to 0 %" says nothing
         return f", CPU steal up to {_pct(steal['p95'])} of the machine (p95: its hypervisor ran something else)"
     return ""
-    return note
 
 
 def _cpu_reasons(figures: dict, limits: FidelityConfig) -> list[str]:
