@@ -54,15 +54,23 @@ class CpuQuota:
                 control.write_text("+cpu")
             path = ROOT / name
             path.mkdir()
-            (path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            try:
+                (path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            except OSError:
+                path.rmdir()
+                raise
             return cls(path, 2, cores)
         base = next((ROOT / d for d in ("cpu", "cpu,cpuacct") if (ROOT / d / "cpu.cfs_quota_us").exists()), None)
         if base is None:
             raise UsageError("no cgroup CPU controller under /sys/fs/cgroup (cpu.max or cpu.cfs_quota_us)")
         path = base / name
         path.mkdir()
-        (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-        (path / "cpu.cfs_quota_us").write_text(str(quota))
+        try:
+            (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (path / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError:
+            path.rmdir()                 # nothing left behind when the quota cannot be set
+            raise
         # v1 gives a new group no realtime budget: a realtime switch (switch.realtime) could not start in it.
         # Its share of the parent's budget, as for the rest of its CPU.
         parent = int((base / "cpu.rt_runtime_us").read_text())
@@ -125,7 +133,11 @@ def run_held(command: list[str], cpu_pct: float, hogs: int, say=print) -> int:
     cores = os.cpu_count() or 1
     name = f"pcnlab-slow-{os.getpid()}"
     quota = CpuQuota.create(cpu_pct / 100 * cores, name)
-    acct = cpuacct_group(name) if quota.version == 1 else None
+    try:
+        acct = cpuacct_group(name) if quota.version == 1 else None
+    except OSError:
+        quota.remove()
+        raise
     started: list[subprocess.Popen] = []
     child = None
     status = 1
