@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"slow_machine.py: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:      # a cgroup file the kernel refused (a read-only /sys/fs/cgroup, a container)
+        print(f"slow_machine.py: cannot set a CPU quota here: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
