@@ -21,7 +21,9 @@ import os
 from dataclasses import dataclass, replace
 
 from pcnlab.calibration import capacity_pps
+from pcnlab.errors import UsageError
 from pcnlab.experiments.config.schema import MIN_LINK_MBPS, section_keys
+from pcnlab.experiments.config.timescale import rescaled
 from pcnlab.experiments.traffic import switch_pps
 from pcnlab.rates import rate_pps
 from pcnlab.workloads.specs import JobSpec
@@ -143,18 +145,20 @@ def _reason(fit: Fit, held: _Held | None) -> str:
 
 
 def _time_scale(run, fit: Fit, held: _Held | None, topologies: dict) -> int | None:
-    """The smallest whole time_scale (counting the run's own) at which the run fits: the estimate of a
-    scaled run is that of its scaled rates."""
+    """The smallest whole time_scale (counting the run's own) at which the run fits: each tried on the run
+    as that time_scale makes it (experiments/config/timescale.py: rates divided, the jobs' times
+    multiplied); none when the factor passes a key's bounds first."""
     key = section_keys("").get("time_scale")
     if key is None or not _rate_params(run):
         return None
     now = float(getattr(run, "time_scale", 1) or 1)
     scale = max(math.ceil(fit.share * now / _target(fit, held)), math.floor(now) + 1)
     while scale <= (key.max or math.inf):
-        rates = {k: v * now / scale for k, v in _rate_params(run).items()}
-        if min(rates.values(), default=MIN_LINK_MBPS) < MIN_LINK_MBPS:
+        try:
+            slower = rescaled(run, scale / now)
+        except UsageError:
             return None
-        if _fits(_with_rates(run, rates, now / scale), fit, held, topologies):
+        if _fits(slower, fit, held, topologies):
             return scale
         scale += 1
     return None
@@ -185,15 +189,9 @@ def _rate_params(run) -> dict[str, float]:
     return {k: v for k, v in run.topology.link_rates_mbps().items() if v is not None}
 
 
-def _with_rates(run, rates: dict[str, float], factor: float = 1.0):
-    """The run with these topology rates (and, under a time_scale `factor`, its other rates alike: the
-    background flows' caps, the schedule's link rates; and its jobs' times the other way, so what a job
-    sends per iteration is spread over longer iterations, as in a run at that time_scale)."""
-    background = tuple(replace(f, rate=f.rate * factor) if f.rate else f for f in run.background)
-    schedule = tuple(replace(c, bw=c.bw * factor) if c.bw is not None else c for c in run.schedule)
-    jobs = tuple(replace(j, compute_ms=j.compute_ms / factor, period_ms=j.period_ms / factor) for j in run.jobs)
-    return replace(run, topology=replace(run.topology, params={**run.topology.params, **rates}),
-                   background=background, schedule=schedule, jobs=jobs)
+def _with_rates(run, rates: dict[str, float]):
+    """The run with these topology rates."""
+    return replace(run, topology=replace(run.topology, params={**run.topology.params, **rates}))
 
 
 def _round_down(mbps: float) -> float:

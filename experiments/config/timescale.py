@@ -48,6 +48,15 @@ def time_scaled(built: dict, factor: float, where: Where) -> dict:
     return out
 
 
+def rescaled(run, factor: float):
+    """A resolved RunConfig `factor` times slower again, as `--set time_scale` (its own x factor) makes it;
+    a value the factor pushes out of its key's bounds is a UsageError naming it."""
+    names = ("topology", *SECTIONS_SCALED, *scaled_keys(section_keys("")))
+    sections = time_scaled({name: getattr(run, name) for name in names}, factor,
+                           Where(f"--set time_scale={run.time_scale * factor:g}"))
+    return replace(run, **sections, time_scale=run.time_scale * factor)
+
+
 def _scaled_fields(item, keys: dict[str, Key], factor: float, path: str, where: Where):
     """A typed config (a dataclass whose fields are named as the section's keys) with its keys scaled."""
     names = scaled_keys(keys)
