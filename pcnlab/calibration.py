@@ -58,17 +58,6 @@ def machine_identity() -> dict:
             "cpus": os.cpu_count(), "boot_id": _first_line("/proc/sys/kernel/random/boot_id")}
 
 
-def cpu_steal_since_boot() -> float | None:
-    """The share of the machine's CPU time its hypervisor took since boot (/proc/stat's steal)."""
-    try:
-        with open("/proc/stat") as handle:
-            values = [int(v) for v in handle.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    total = sum(values)
-    return values[7] / total if total else None
-
-
 @dataclass(frozen=True)
 class CalibrationFile:
     """The calibration file as found: `data` when it belongs to this machine; else `state` says why not
