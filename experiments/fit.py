@@ -26,9 +26,7 @@ from pcnlab.experiments.config.schema import MIN_LINK_MBPS, section_keys
 from pcnlab.experiments.config.timescale import rescaled
 from pcnlab.experiments.traffic import switch_pps
 from pcnlab.rates import rate_pps
-from pcnlab.workloads.specs import JobSpec
-
-TORCH_KINDS = ("ps", "ring", "torchrun")
+from pcnlab.workloads.specs import TORCH_KINDS, JobSpec
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from pcnlab.experiments.sampler import CpuSampler
 from pcnlab.experiments.schedule import ScheduleRunner
 from pcnlab.experiments.watch import RunWatch
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
+from pcnlab.workloads.containers import ContainerSpec
+from pcnlab.workloads.images import prepare
 
 
 @dataclass
@@ -189,6 +191,16 @@ class RunExecution:
         return procs
 
 
+def _prepare_images(runs, say) -> dict:
+    """The containers the runs' jobs ask for, built (the default image) and probed: workloads/images.py."""
+    wanted: dict = {}
+    for run in runs:
+        for job in run.jobs:
+            if job.image is not None:
+                wanted.setdefault(ContainerSpec(job.image, job.cpus, job.memory), set()).add(job.kind)
+    return prepare(wanted, say) if wanted else {}
+
+
 class ExperimentRunner:
     """The runs of an experiment, one after another. `calibration`: the machine's calibration every run
     is judged by (copied into each run folder as calibration.json; default: this machine's file)."""
@@ -211,6 +223,7 @@ class ExperimentRunner:
         from pcnlab.analysis.fidelity import check_run, verdict_line
 
         runs = self.experiment.runs()
+        images = _prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
         outcomes: list[RunOutcome] = []
         started = time.monotonic()
         for index, run in enumerate(runs, 1):
@@ -220,7 +233,10 @@ class ExperimentRunner:
             try:
                 with folder:
                     (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
-                    (folder.path / "versions.json").write_text(json.dumps(versions(), indent=1))
+                    used = {j.image for j in run.jobs if j.image is not None}
+                    (folder.path / "versions.json").write_text(json.dumps(
+                        {**versions(), **({"images": {i: images[i].to_dict() for i in sorted(used)}} if used else {})},
+                        indent=1))
                     if self.calibration:
                         write_json(folder.path / "calibration.json", self.calibration)
                     RunExecution(run, folder, self.say).execute()

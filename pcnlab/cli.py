@@ -93,6 +93,15 @@ def _fit(runs, calibration: dict | None, refuse: bool) -> None:
         raise UsageError(f"{verdict[0]}; or --force to run it anyway (expect runs marked untrusted)")
 
 
+def _boxed(run) -> str:
+    """Which of a run's jobs run in containers, and in which images."""
+    images: dict[str, list[str]] = {}
+    for job in run.jobs:
+        if job.image is not None:
+            images.setdefault(job.image, []).append(job.name)
+    return "".join(f"; {', '.join(names)} in containers of {image}" for image, names in images.items())
+
+
 def _cmd_run(args) -> int:
     from pcnlab.calibration import read_calibration
     from pcnlab.experiments.config import load_experiment
@@ -109,7 +118,7 @@ def _cmd_run(args) -> int:
         for run in runs:
             print(f"  {run.name}: {run.topology.kind}, {run.switch.kind}, mode {run.mode.kind}, "
                   f"{len(run.jobs)} job(s), {len(run.background)} background flow(s), {run.duration_s:g} s"
-                  + (f" (time_scale {run.time_scale:g})" if run.time_scale != 1 else ""))
+                  + (f" (time_scale {run.time_scale:g})" if run.time_scale != 1 else "") + _boxed(run))
         return 0
     from pcnlab.experiments.calibrate import ensure_calibration
     from pcnlab.experiments.runner import ExperimentRunner

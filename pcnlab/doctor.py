@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pcnlab.errors import UsageError
 from pcnlab.toolchain import INSTALL_HINT, NOLOG_BIN, find_program, thrift_client_available, tool_output_line
 
 # Each qdisc with the least arguments `tc` accepts for it.
@@ -128,21 +129,26 @@ def check_ports() -> Check:
 
 
 def check_podman() -> Check:
-    """Jobs with `image:` run their ranks in podman containers: podman, its runtime here, the image."""
-    from pcnlab.workloads.containers import DEFAULT_IMAGE, choose_runtime, image_behind, image_exists, podman_available
+    """PyTorch jobs with an image (the `containers` section, a job's `image:`) run in podman containers:
+    podman, its runtime here, the default image and what it holds."""
+    from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, choose_runtime, podman_available
+    from pcnlab.workloads.images import image_exists, probe
 
     why_not = podman_available()
     if why_not is not None:
-        return Check("podman", False, f"{why_not} (only jobs with image: need it)", required=False)
+        return Check("podman", False, f"{why_not} (only jobs in containers need it)", required=False)
     runtime = choose_runtime()
     version = tool_output_line(["podman", "--version"])
-    have_image = image_exists(DEFAULT_IMAGE)
-    behind = image_behind(DEFAULT_IMAGE) if have_image else None
-    image = (behind if behind is not None else f"default image {DEFAULT_IMAGE} "
-             + ("present" if have_image else "absent: `make image`"))
-    have_image = have_image and behind is None
-    return Check("podman", have_image, f"{version}; runtime {runtime.name} ({runtime.why}); {image}",
-                 required=False)
+    if not image_exists(DEFAULT_IMAGE):
+        return Check("podman", False, f"{version}; runtime {runtime.name} ({runtime.why}); default image "
+                                      f"{DEFAULT_IMAGE} absent: `make image` (a run builds it first otherwise)",
+                     required=False)
+    try:
+        facts = probe(ContainerSpec(DEFAULT_IMAGE), ("ps", "ring", "torchrun"))
+    except UsageError as exc:
+        return Check("podman", False, f"{version}; runtime {runtime.name}; {exc}", required=False)
+    return Check("podman", True, f"{version}; runtime {runtime.name} ({runtime.why}); default image {DEFAULT_IMAGE}: "
+                                 f"Python {facts.python}, PyTorch {facts.torch}", required=False)
 
 
 def check_calibration() -> Check:

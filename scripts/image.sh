@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds the default worker image (localhost/pcnlab-worker: Python 3.11, PyTorch CPU, pcnlab) without
-# any image registry, and says how long each step took and how big the image is.
+# Builds the default worker image (localhost/pcnlab-worker: Python 3.11, PyTorch CPU, numpy) without
+# any image registry, and says how long each step took and how big the image is. It holds no PCN Lab
+# code: a container mounts this checkout read-only (workloads/containers.py), so code changes need no
+# new image.
 #   1. the base: Debian bookworm minbase + python3, python3-venv, iproute2 by debootstrap from Debian's
 #      archive, `podman import`ed as localhost/pcnlab-base:bookworm (kept: later builds reuse it;
 #      PCNLAB_IMAGE_REBUILD=1 makes it again);
 #   2. the wheels, collected here by this machine's pip into the build context: torch==2.13.0+cpu from
 #      pip's configured sources (a local wheel folder or index), else from PyTorch's CPU index
-#      (PCNLAB_TORCH_INDEX overrides it); its dependencies and numpy from the configured indexes; pcnlab
-#      itself built from this checkout (non-editable);
+#      (PCNLAB_TORCH_INDEX overrides it); its dependencies and numpy from the configured indexes;
 #   3. `podman build --network none` of containers/Containerfile: the image's pip sees only those wheels.
 # Needs root, podman, runc (cgroup v1) or crun (v2), debootstrap: `make deps`.
 set -euo pipefail
@@ -20,7 +21,7 @@ for tool in podman debootstrap; do
 done
 PY=.venv/bin/python
 [ -x "$PY" ] || { say ".venv is missing: make deps"; exit 1; }
-eval "$("$PY" -m pcnlab.workloads.containers)"   # PODMAN_*, DEFAULT_IMAGE, BASE_IMAGE, CODE_LABEL, CODE_DIGEST
+eval "$("$PY" -c "from pcnlab.workloads.containers import shell_vars; print(shell_vars())")"   # PODMAN_*, DEFAULT_IMAGE, BASE_IMAGE
 command -v "$PODMAN_RUNTIME" >/dev/null || { say "$PODMAN_RUNTIME is not installed ($PODMAN_WHY): make deps"; exit 1; }
 pod() { podman "${PODMAN_GLOBAL[@]}" "$@"; }
 say "podman runtime: $PODMAN_RUNTIME ($PODMAN_WHY)"
@@ -62,14 +63,6 @@ fi
 torch_wheel=$(ls "$wheels"/torch-*.whl)
 "${pip[@]}" download "${target[@]}" -d "$wheels" "$torch_wheel" numpy 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
 printf '%s\n' "torch==2.13.0+cpu" numpy >"$wheels/requirements.txt"
-# pcnlab from this checkout: its tracked and new files (not ignored ones) in the folders pyproject.toml maps
-# to packages (package-dir), built as a wheel.
-src="$work/src"; mkdir -p "$src"
-folders=$("$PY" -c 'import tomllib; print(*sorted(set(tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"].values())))')
-git ls-files -co --exclude-standard -- pyproject.toml README.md LICENSE scripts/build_backend.py $folders \
-  | tar -c -T - | tar -C "$src" -x
-"$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$wheels" "$src" >"$work/wheel.log" 2>&1 \
-  || { tail -5 "$work/wheel.log"; say "building the pcnlab wheel failed (log above)"; exit 1; }
 say "wheels: $(ls "$wheels" | grep -c whl) ($(du -sh "$wheels" | cut -f1)) after $(( $(date +%s) - t1 )) s"
 
 # --- 3. the image -------------------------------------------------------------------------------
@@ -77,7 +70,7 @@ t2=$(date +%s)
 cp containers/Containerfile "$ctx/Containerfile"
 previous=$(pod image inspect --format '{{.Id}}' "$DEFAULT_IMAGE" 2>/dev/null || true)
 pod build --quiet --layers=false --network none --runtime "$PODMAN_RUNTIME" "${PODMAN_ULIMITS[@]}" \
-  --build-arg BASE="$BASE_IMAGE" --label "$CODE_LABEL=$CODE_DIGEST" -t "$DEFAULT_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$work/build.log" 2>&1 \
+  --build-arg BASE="$BASE_IMAGE" -t "$DEFAULT_IMAGE" -f "$ctx/Containerfile" "$ctx" >"$work/build.log" 2>&1 \
   || { tail -15 "$work/build.log"; say "podman build failed (log above)"; exit 1; }
 current=$(pod image inspect --format '{{.Id}}' "$DEFAULT_IMAGE")
 if [ -n "$previous" ] && [ "$previous" != "$current" ]; then   # the previous build, now untagged

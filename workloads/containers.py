@@ -3,7 +3,12 @@
 The launcher builds the command line here and starts it in the rank's host like any other process:
 `podman run` stays attached, so the host's popen gets the rank's stdout, stderr and exit code. What
 this machine's podman needs (its OCI runtime, its rlimits, its cgroup manager) is decided in one place,
-`choose_runtime`. The default worker image is built by `make image` (scripts/image.sh, containers/).
+`choose_runtime`. The default worker image is built by `make image` (scripts/image.sh, containers/);
+images.py checks what an image holds.
+
+The image gives Python and PyTorch; the project's code is this checkout, mounted read-only at its own
+path, with containers/pythonpath (a link to pcnlab/) first on PYTHONPATH (`checkout_access`): a code
+change needs no new image, and a user's image with a compatible Python and PyTorch runs our workers.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +32,8 @@ CGROUP_V2_MARKER = Path("/sys/fs/cgroup/cgroup.controllers")  # present only on 
 # container may ask no more, whatever the launching process has (runc: "error setting rlimit type 6").
 PODMAN_NPROC = 32768
 MIN_MEMORY_BYTES = 6 * 1024 * 1024                  # podman refuses less
-# What a rank in the default image runs of this checkout (the hook, its log, announcements): scripts/image.sh
-# labels the image with their digest, so an image built from other code is known (`image_behind`).
-IMAGE_CODE = ("pyproject.toml", "pcnlab", "workloads")
-CODE_LABEL = "pcnlab.code"
 CHECKOUT = Path(__file__).resolve().parents[1]
+PYTHONPATH_DIR = CHECKOUT / "containers" / "pythonpath"   # holds only `pcnlab`, a link to the checkout's
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
 _UNIT = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -134,9 +137,12 @@ def container_name(run_id: str, job: str, rank: int) -> str:
 
 
 def run_argv(name: str, spec: ContainerSpec, netns_pid: int, argv: list[str], env: dict[str, str],
-             mounts: list[Path], workdir: Path, cidfile: Path | None = None) -> list[str]:
+             mounts: list[Path], workdir: Path, cidfile: Path | None = None,
+             read_only: tuple[Path, ...] = ()) -> list[str]:
     """`podman run` in the foreground: the rank's argv in `spec.image`, in the network namespace of
-    process `netns_pid` (the Mininet host's shell), with each of `mounts` at the same path inside,
+    process `netns_pid` (the Mininet host's shell), with each of `mounts` (writable) and `read_only` at
+    the same path inside (a folder inside another is mounted after it, so the run folder inside a
+    read-only checkout stays writable),
     `env` set and `workdir` as its working folder (inside one of `mounts`, or a folder the image has:
     podman fails otherwise). `cidfile`: podman writes the container's id there
     as it creates it (the ledger reads it back). It never pulls: a missing image fails at once."""
@@ -153,11 +159,27 @@ def run_argv(name: str, spec: ContainerSpec, netns_pid: int, argv: list[str], en
            *runtime.run_flags, *spec.limit_flags()]
     if cidfile is not None:
         cmd += ["--cidfile", str(cidfile)]
-    for path in dict.fromkeys(Path(m).resolve() for m in mounts):
-        cmd += ["-v", f"{path}:{path}"]
+    cmd += mount_flags(mounts, read_only)
     for key, value in env.items():
         cmd += ["-e", f"{key}={value}"]
     return cmd + ["-w", str(Path(workdir).resolve()), spec.image, *argv]
+
+
+def mount_flags(mounts, read_only=()) -> list[str]:
+    """podman's -v flags: each folder at its own path, parents before what they hold (a writable folder
+    wins over a read-only one at the same path)."""
+    wanted: dict[Path, str] = {Path(m).resolve(): "ro" for m in read_only}
+    wanted.update({Path(m).resolve(): "rw" for m in mounts})
+    flags = []
+    for path in sorted(wanted, key=lambda p: len(p.parts)):
+        flags += ["-v", f"{path}:{path}" + (":ro" if wanted[path] == "ro" else "")]
+    return flags
+
+
+def checkout_access() -> tuple[tuple[Path, ...], dict[str, str]]:
+    """What a container needs to run this checkout's code with the image's Python: the folders to mount
+    read-only (the checkout) and its variables (PYTHONPATH; no .pyc written into the read-only mount)."""
+    return (CHECKOUT,), {"PYTHONPATH": str(PYTHONPATH_DIR), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _network(netns_pid: int) -> str:
@@ -186,61 +208,27 @@ def podman_available() -> str | None:
     return None
 
 
-def _podman(*args: str) -> subprocess.CompletedProcess[str]:
+def run_podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*podman(), *args], capture_output=True, text=True, timeout=_PODMAN_TIMEOUT_S)
-
-
-def image_exists(image: str = DEFAULT_IMAGE) -> bool:
-    if shutil.which("podman") is None:
-        return False
-    return _podman("image", "exists", image).returncode == 0
-
-
-def code_digest(checkout: Path = CHECKOUT) -> str | None:
-    """sha256 of the IMAGE_CODE files of a git checkout (tracked and new, not ignored), or None outside one."""
-    import hashlib
-
-    try:
-        listed = subprocess.run(["git", "-C", str(checkout), "ls-files", "-co", "--exclude-standard", "-z", "--",
-                                 *IMAGE_CODE], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if listed.returncode != 0:
-        return None
-    digest = hashlib.sha256()
-    for name in sorted(n for n in listed.stdout.decode().split("\0") if n):
-        path = checkout / name
-        if path.is_file():
-            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def image_code(image: str = DEFAULT_IMAGE) -> str | None:
-    """The code digest `image` was labelled with when scripts/image.sh built it, or None."""
-    if shutil.which("podman") is None:
-        return None
-    inspected = _podman("image", "inspect", "--format", f'{{{{index .Labels "{CODE_LABEL}"}}}}', image)
-    label = inspected.stdout.strip() if inspected.returncode == 0 else ""
-    return label if label and label not in ("<no value>", "unknown") else None
-
-
-def image_behind(image: str = DEFAULT_IMAGE) -> str | None:
-    """Why `image` (built by scripts/image.sh, so labelled) holds other PCN Lab code than this checkout,
-    or None: it is current, carries no label (a user's own image), or this is no git checkout."""
-    built_from = image_code(image)
-    if built_from is None:
-        return None
-    here = code_digest()
-    if here is None or here == built_from:
-        return None
-    return (f"image {image} holds PCN Lab code other than this checkout's ({', '.join(IMAGE_CODE)} changed "
-            "since it was built): run `make image` again")
 
 
 def container_exists(name_or_id: str) -> bool:
     if shutil.which("podman") is None:
         return False
-    return _podman("container", "exists", name_or_id).returncode == 0
+    return run_podman("container", "exists", name_or_id).returncode == 0
+
+
+def container_pid(name: str, alive, timeout_s: float) -> int | None:
+    """The host pid of container `name`'s main process once it runs, while `alive()` (its podman client
+    still runs), for at most `timeout_s`; None otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        found = run_podman("container", "inspect", "--format", "{{.State.Pid}}", name)
+        pid = found.stdout.strip()
+        if found.returncode == 0 and pid.isdigit() and int(pid) > 0:
+            return int(pid)
+        time.sleep(0.05)
+    return None
 
 
 def container_id(cidfile: Path) -> str | None:
@@ -257,7 +245,7 @@ def remove(name: str) -> None:
     podman no longer lists but left running for it is ended too (`_leftover_pids`)."""
     if shutil.which("podman") is None:
         return
-    result = _podman("rm", "--force", "--ignore", "--time", "0", name)
+    result = run_podman("rm", "--force", "--ignore", "--time", "0", name)
     if result.returncode != 0 and container_exists(name):
         raise RuntimeError(f"podman rm {name} failed: {result.stderr.strip().splitlines()[-1:]}")
     for pid in _leftover_pids(name):
@@ -300,10 +288,6 @@ def shell_vars() -> str:
     arrays = {"PODMAN_GLOBAL": runtime.global_flags, "PODMAN_ULIMITS": runtime.run_flags}
     lines = [f"{k}=({' '.join(shlex.quote(f) for f in v)})" for k, v in arrays.items()]
     scalars = {"PODMAN_RUNTIME": runtime.name, "PODMAN_WHY": runtime.why,
-               "DEFAULT_IMAGE": DEFAULT_IMAGE, "BASE_IMAGE": BASE_IMAGE, "CODE_LABEL": CODE_LABEL,
-               "CODE_DIGEST": code_digest() or "unknown"}
+               "DEFAULT_IMAGE": DEFAULT_IMAGE, "BASE_IMAGE": BASE_IMAGE}
     return "\n".join(lines + [f"{k}={shlex.quote(v)}" for k, v in scalars.items()])
 
-
-if __name__ == "__main__":
-    print(shell_vars())

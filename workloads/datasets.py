@@ -12,7 +12,8 @@ run's seed, so runs of different seeds or sweep points measure accuracy on the s
 Importing scikit-learn costs about a second of CPU; on 2 cores, N workers importing it at once would
 be N seconds of a busy machine inside the run. So the images are read once per scikit-learn version
 and kept as a .npz in the user's cache folder (PCNLAB_CACHE, else $XDG_CACHE_HOME/pcnlab, else
-~/.cache/pcnlab); the launcher fills it before it starts a job's processes.
+~/.cache/pcnlab); the launcher fills it before it starts a job's processes and names it to them in
+PCNLAB_DIGITS (a container mounts that folder and has no scikit-learn to name it by).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from pcnlab.errors import PcnLabError
 
+DIGITS_VARIABLE = "PCNLAB_DIGITS"   # the cached copy a job's processes read (the launcher fills and sets it)
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
 DIGITS_CLASSES = 10
@@ -84,7 +86,8 @@ def ensure_digits() -> Path:
 
 def digits() -> tuple[np.ndarray, np.ndarray]:
     """(images as float32 rows of 64 pixels in [0, 1], labels as int64), in the data set's order."""
-    with np.load(ensure_digits()) as raw:
+    given = os.environ.get(DIGITS_VARIABLE)     # a container's image has no sklearn to name the cached copy
+    with np.load(given if given else ensure_digits()) as raw:
         return raw["data"].astype(np.float32) / DIGITS_LEVELS, raw["target"].astype(np.int64)
 
 

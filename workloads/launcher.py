@@ -35,7 +35,7 @@ from typing import Sequence
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import DIGITS_MODELS
 from pcnlab.workloads.process_config import BurstConfig, FlowConfig, TrainConfig, to_argv
-from pcnlab.workloads.containers import container_name, run_argv
+from pcnlab.workloads.containers import checkout_access, container_name, run_argv
 from pcnlab.workloads.hosts import TCP_CC, TCP_ECN, Hosts, ecn_value
 from pcnlab.workloads.netutil import check_cc
 from pcnlab.workloads.processes import FlowsHandle, JobHandle, WorkloadProcess, workload_env
@@ -74,10 +74,12 @@ class Workloads:
             raise UsageError(f"job {spec.name!r} already ran in {self.run_dir}; give each job of a run its own name")
         folder.mkdir(parents=True)
         hosts.apply_settings(owner, todo)
+        data: dict[str, str] = {}
         if spec.kind in ("ps", "ring") and spec.model in DIGITS_MODELS:
-            from pcnlab.workloads.datasets import ensure_digits
+            from pcnlab.workloads.datasets import DIGITS_VARIABLE, ensure_digits
 
-            ensure_digits()  # once here, so the processes read the cached copy instead of importing sklearn
+            # once here, so the processes read the cached copy instead of importing sklearn (which an image lacks)
+            data[DIGITS_VARIABLE] = str(ensure_digits())
         port = hosts.port(spec.port)
         # LTP (workloads/ltp/training.py): shard s takes gradients on UDP ltp_port + s and the workers its
         # parameters on ltp_port + servers + s (the generator: one port); consecutive, none another job has
@@ -93,14 +95,21 @@ class Workloads:
                 procs.append(self._rank(spec, label, rank, host, port, log, folder, peers.split(",")))
                 continue
             cfg = self._process_config(spec, label, rank, host, port, log, folder, peers, ltp_ports[0])
-            procs.append(WorkloadProcess(label, rank, host, hosts.ip(host), _python_module(spec.kind) + to_argv(cfg),
-                                         log, folder / f"{base}.out"))
+            proc = WorkloadProcess(label, rank, host, hosts.ip(host), _python_module(spec.kind) + to_argv(cfg),
+                                   log, folder / f"{base}.out", env=dict(data))
+            if spec.container is not None:
+                self._contain(proc, spec, folder, ["python3", "-m", f"pcnlab.workloads.{spec.kind}", *to_argv(cfg)],
+                              extra=[Path(v).parent for v in data.values()])
+            procs.append(proc)
         handle = JobHandle(spec, folder, procs, port)
         try:
             for p in procs:
                 handle.launch(hosts, self.ledger, p, folder / f"{p.label}-{p.host}")
                 if spec.kind not in ("burst", "torchrun"):  # a user's program writes no anchor to wait for
                     _wait_until_imported(p, spec.timeout_s)
+            for p in procs:
+                if p.container is not None:
+                    handle.record_container(self.ledger, p, spec.timeout_s)
         except BaseException:
             handle.stop()
             raise
@@ -120,18 +129,26 @@ class Workloads:
         env = rank_env(spec, rank, ips, self.hosts.iface(host), port, log)
         proc = WorkloadProcess(label, rank, host, self.hosts.ip(host), program_argv(spec.argv), log,
                                folder / f"{base}.out", env=env, errors=folder / f"{base}.err")
-        if spec.container is None:
-            return proc
-        run = self.run_dir.resolve()
-        name = container_name(f"{run.name}-{hashlib.sha1(str(run).encode()).hexdigest()[:8]}", spec.name, rank)
-        script = Path(spec.argv[0])
-        mounts = [run] + ([script.parent] if script.suffix == ".py" and script.is_absolute() else [])
-        proc.container, proc.cidfile, proc.netns_pid = name, folder / f"{base}.cid", self.hosts.netns_pid(host)
-        proc.argv = run_argv(name, spec.container, proc.netns_pid,
-                             program_argv(spec.argv, python="python3"),
-                             {**workload_env(self.hosts.iface(host)), **env}, mounts, folder / base, proc.cidfile)
-        proc.env = {}   # the container's variables are in podman's -e flags; podman itself needs none
+        if spec.container is not None:
+            script = Path(spec.argv[0])
+            self._contain(proc, spec, folder, program_argv(spec.argv, python="python3"),
+                          extra=[script.parent] if script.suffix == ".py" and script.is_absolute() else [])
         return proc
+
+    def _contain(self, proc: WorkloadProcess, spec: JobSpec, folder: Path, argv: list[str], extra: list[Path]) -> None:
+        """Make `proc` run `argv` in a container of spec.container instead (`podman run`, attached),
+        joined to its host's network namespace: the run folder mounted writable, this checkout (its
+        code, with the image's Python) and the folders of `extra` (a script, the data) read-only, the
+        process's working folder as its own, and its variables passed in."""
+        run = self.run_dir.resolve()
+        name = container_name(f"{run.name}-{hashlib.sha1(str(run).encode()).hexdigest()[:8]}", spec.name, proc.rank)
+        base = f"{proc.label}-{proc.host}"
+        code, code_env = checkout_access()
+        proc.container, proc.cidfile, proc.netns_pid = name, folder / f"{base}.cid", self.hosts.netns_pid(proc.host)
+        proc.argv = run_argv(name, spec.container, proc.netns_pid, argv,
+                             {**workload_env(self.hosts.iface(proc.host)), **code_env, **proc.env}, [run],
+                             folder / base, proc.cidfile, read_only=(*code, *extra))
+        proc.env = {}   # the container's variables are in podman's -e flags; podman itself needs none
 
     def _process_config(self, spec: JobSpec, label: str, rank: int, host: str, port: int, log: Path,
                         folder: Path, peers: str, ltp_port: int = 0):

@@ -19,6 +19,7 @@ from typing import Sequence
 
 from pcnlab.errors import PcnLabError
 from pcnlab.jsonlines import read_json_lines
+from pcnlab.workloads.containers import container_pid
 from pcnlab.workloads.containers import remove as remove_container
 from pcnlab.workloads.hosts import Hosts
 from pcnlab.workloads.specs import FlowSpec, JobSpec
@@ -132,8 +133,17 @@ class ProcessGroup:
         popen = subprocess.Popen if proc.container is not None else partial(hosts.popen, proc.host)
         proc.popen = popen(proc.argv, cwd=str(cwd), env={**process_env(hosts.iface(proc.host)), **proc.env},
                            stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        if ledger is not None:
-            ledger.add_process(proc.popen.pid, f"{self.what} {self.name}: {proc.describe()}")
+        if ledger is not None:   # a container's podman client is not the process that works: record_container
+            client = "podman client of " if proc.container is not None else ""
+            ledger.add_process(proc.popen.pid, f"{client}{self.what} {self.name}: {proc.describe()}")
+
+    def record_container(self, ledger, proc: WorkloadProcess, timeout_s: float) -> None:
+        """The process inside `proc`'s container (its main one), once it runs, recorded in the ledger
+        under the label a process in its host has: what the CPU sampler and fidelity read is the worker
+        itself, not podman's client. Nothing when it ended first or never ran within `timeout_s`."""
+        pid = container_pid(proc.container, lambda: proc.popen.poll() is None, timeout_s)
+        if ledger is not None and pid is not None:
+            ledger.add_process(pid, f"{self.what} {self.name}: {proc.describe()}")
 
     def _poll(self) -> list[WorkloadProcess]:
         newly = []

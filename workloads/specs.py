@@ -18,6 +18,7 @@ from pcnlab.workloads.process_config import (AUTO, BURST_BYTES, BURST_PATTERNS, 
 from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
+TORCH_KINDS = ("ps", "ring", "torchrun")    # the kinds whose processes are PyTorch: they may run in containers
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")   # job and flow names: they become file names
 
 
@@ -72,7 +73,7 @@ class JobSpec:
     # torchrun: the program and its arguments, and variables added to its environment
     argv: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
-    container: ContainerSpec | None = None   # torchrun: each rank in this container (containers.py)
+    container: ContainerSpec | None = None   # TORCH_KINDS: each process in this container (containers.py)
 
     def __post_init__(self):
         object.__setattr__(self, "workers", tuple(self.workers))
@@ -99,9 +100,9 @@ class JobSpec:
                 raise UsageError(f"job {self.name!r}: a ring needs at least two workers")
         if self.kind == "burst" and self.pattern == "ring" and len(set(self.workers)) != len(self.workers):
             raise UsageError(f"job {self.name!r}: a generator ring needs distinct worker hosts")
-        if self.container is not None and self.kind != "torchrun":
-            raise UsageError(f"job {self.name!r}: only a torchrun job's ranks run in containers (image:); "
-                             f"the {self.kind} workload runs in its hosts")
+        if self.container is not None and self.kind not in TORCH_KINDS:
+            raise UsageError(f"job {self.name!r}: the {self.kind} workload has no PyTorch processes to run in "
+                             f"containers (image: is for {', '.join(TORCH_KINDS)} jobs); it runs in its hosts")
         if self.kind == "torchrun":
             self._check_program()
         elif self.kind != "burst":

@@ -13,7 +13,7 @@ from pcnlab.controller.dataplane import k_pre_fits
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config.changes import schedule
 from pcnlab.experiments.config.convert import convert, error, first_where, mapping, suggest, value_of
-from pcnlab.experiments.config.jobs import flows, jobs
+from pcnlab.experiments.config.jobs import ContainerDefault, flows, jobs
 from pcnlab.analysis.fidelity_limits import FidelityConfig
 from pcnlab.experiments.config.runs import ModeConfig, SwitchConfig, TelemetryConfig, TopologyConfig, link_limit
 from pcnlab.experiments.config.schema import SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, section_keys
@@ -96,7 +96,7 @@ def build(tree: Raw, ctx: Context) -> dict:
     fidelity = FidelityConfig(**{k.name: value_of(k, fd, "fidelity") for k in SECTIONS["fidelity"]})
 
     out = {"name": name, "description": description, "topology": topology, "switch": switch, "mode": mode,
-           "telemetry": telemetry, "jobs": jobs(top.get("jobs"), topology, mode),
+           "telemetry": telemetry, "jobs": jobs(top.get("jobs"), topology, mode, _containers(top.get("containers"))),
            "background": flows(top.get("background"), topology, switch), "fidelity": fidelity}
     for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference"):
         out[key_name] = value_of(section_keys("")[key_name], top, "")
@@ -104,6 +104,15 @@ def build(tree: Raw, ctx: Context) -> dict:
     # Checked as the file writes them above (the switches' link limits too); then what runs: time_scale.
     out["time_scale"] = value_of(section_keys("")["time_scale"], top, "")
     return time_scaled(out, out["time_scale"], first_where(top.get("time_scale"), fallback=doc_where))
+
+
+def _containers(raw: Raw | None) -> ContainerDefault | None:
+    """The experiment's `containers` section: what every PyTorch job runs in unless it says otherwise."""
+    if raw is None or raw.value is None:
+        return None
+    given = mapping(raw, "containers", "containers", section_keys("containers"))
+    values = {k.name: value_of(k, given, "containers") for k in SECTIONS["containers"]}
+    return ContainerDefault(values, {name: child.where for name, child in given.items()}, raw.where)
 
 
 def _topology(raw: Raw, ctx: Context) -> tuple[TopologyConfig, dict[str, Raw]]:

@@ -210,7 +210,8 @@ def _env(raw: Raw, path: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-_SHORT_EXAMPLES = {"topology": "tree", "switch": "bmv2", "mode": "pcn", "telemetry": "10"}
+_SHORT_EXAMPLES = {"topology": "tree", "switch": "bmv2", "mode": "pcn", "telemetry": "10",
+                   "containers": "localhost/pcnlab-worker:latest"}
 
 
 def mapping(raw: Raw, path: str, section: str, allowed: dict[str, Key]) -> dict[str, Raw]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from pcnlab.controller.dataplane import MAX_JOB_ID
@@ -14,10 +15,12 @@ from pcnlab.experiments.config.convert import (convert, error, first_where, fmt,
                                                 value_of)
 from pcnlab.experiments.config.runs import (BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig,
                                             link_limit)
-from pcnlab.experiments.config.schema import JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, TRAIN_KINDS, section_keys
-from pcnlab.experiments.yamlpos import Raw
+from pcnlab.experiments.config.schema import (CONTAINER_KINDS, JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, TRAIN_KINDS,
+                                              section_keys)
+from pcnlab.experiments.yamlpos import Raw, Where
 from pcnlab.workloads.compression_methods import error_feedback_problem
-from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, image_behind, image_exists, podman_available
+from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, podman_available
+from pcnlab.workloads.images import image_exists
 from pcnlab.workloads.netutil import available_cc, kernel_has_cc
 
 
@@ -63,7 +66,17 @@ def resolve_hosts(raw: Raw, path: str, topology: TopologyConfig, allow_count: bo
     return tuple(out)
 
 
-def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[JobConfig, ...]:
+@dataclass(frozen=True)
+class ContainerDefault:
+    """The experiment's `containers` section (build.py): its values, and where the file gave each."""
+
+    values: dict
+    wheres: dict
+    where: Where
+
+
+def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig,
+         containers: ContainerDefault | None = None) -> tuple[JobConfig, ...]:
     items = list_section(raw, "jobs", f"jobs (each item `- kind: {'|'.join(JOB_KINDS)} ...`)")
     if items is None:
         return ()
@@ -82,8 +95,10 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
         for name, child in present.items():
             key = keys[name]
             if key.applies and kind not in key.applies and not lenient:
-                raise error(child.key_where, f"{path}.{name}",
-                            f"applies to {' and '.join(key.applies)} jobs, not to a {kind} job; remove it")
+                why = (f"a {kind} job has no PyTorch processes to run in a container (it runs in its hosts); "
+                       if key.applies == CONTAINER_KINDS else f"applies to {' and '.join(key.applies)} jobs, not "
+                                                              f"to a {kind} job; ")
+                raise error(child.key_where, f"{path}.{name}", why + "remove it")
         values = {k.name: value_of(k, present, path) for k in SECTIONS["jobs"]
                   if k.type != "hosts" and k.name not in ("name", "kind")}
         name = value_of(keys["name"], present, path) if "name" in present else f"job{index + 1}"
@@ -109,10 +124,14 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig) -> tuple[J
             raise error(first_where(present.get("jitter_ms"), fallback=item.where), f"{path}.jitter_ms",
                         f"{values['jitter_ms']:g} ms is not below period_ms ({values['period_ms']:g} ms); "
                         "bursts would overlap")
-        if kind == "torchrun":
-            values["argv"] = _program(values["argv"], present, path, item, in_image=values["image"] is not None)
-            _pattern(values["iteration_regex"], present, path)
-            _container(values, present, path)
+        if kind in CONTAINER_KINDS:
+            wheres = _inherit(values, present, containers)
+            if kind == "torchrun":
+                values["argv"] = _program(values["argv"], present, path, item, in_image=values["image"] is not None)
+                _pattern(values["iteration_regex"], present, path)
+            _container(values, wheres, path)
+        else:
+            values.update(image=None, cpus=None, memory=None)
         if values["reply_bytes"] is None:
             values["reply_bytes"] = values["burst_bytes"]
         if values["pcn_start"] == "auto":
@@ -168,31 +187,42 @@ def _program(argv: tuple[str, ...], present: dict[str, Raw], path: str, item: Ra
     return argv
 
 
-def _container(values: dict, present: dict[str, Raw], path: str) -> None:
-    """A torchrun job in containers: limits podman takes, podman able to run here, the image present
-    (podman run never pulls: no registry need be reachable). Known at --dry-run, so refused then."""
+def _inherit(values: dict, present: dict[str, Raw], containers: ContainerDefault | None) -> dict[str, Where]:
+    """A PyTorch job's image, cpus and memory: its own where it gives them (`image: null`: in its hosts),
+    else the experiment's `containers`; where each came from, for the errors."""
+    wheres = {k: present[k].where for k in ("image", "cpus", "memory") if k in present}
+    if containers is None or "image" in present:
+        return wheres
+    for key in ("image", "cpus", "memory"):
+        if key not in present:
+            values[key] = containers.values[key]
+            wheres[key] = containers.wheres.get(key, containers.where)
+    return wheres
+
+
+def _container(values: dict, wheres: dict[str, Where], path: str) -> None:
+    """A job in containers: limits podman takes, podman able to run here, the image present (podman run
+    never pulls: no registry need be reachable; the default image is built on first use). Known at
+    --dry-run, so refused then; what the image holds is probed before the run (workloads/images.py)."""
     if values["image"] is None:
         for key in ("cpus", "memory"):
             if values[key] is not None:
-                raise error(present[key].where, f"{path}.{key}", f"{key} limits a rank's container; set image: "
-                                                                 f"too (e.g. image: {DEFAULT_IMAGE}) or remove it")
+                raise error(wheres[key], f"{path}.{key}", f"{key} limits a container; set image: too (e.g. image: "
+                                                          f"{DEFAULT_IMAGE}, or containers: at the top) or remove it")
         return
-    where = present["image"].where
+    where = wheres["image"]
     try:
         ContainerSpec(values["image"], values["cpus"], values["memory"])
     except UsageError as exc:
         key = next((k for k in ("cpus", "memory") if str(exc).startswith(f"container {k}")), "image")
-        raise error(present[key].where if key in present else where, f"{path}.{key}", str(exc)) from None
+        raise error(wheres.get(key, where), f"{path}.{key}", str(exc)) from None
     why = podman_available()
     if why is not None:
-        raise error(where, f"{path}.image", f"cannot run containers here: {why}")
-    if not image_exists(values["image"]):
-        hint = "build it with `make image`" if values["image"] == DEFAULT_IMAGE else \
-            f"build or load it here (podman images lists them; `make image` builds {DEFAULT_IMAGE})"
-        raise error(where, f"{path}.image", f"image {values['image']} is not on this machine: {hint}")
-    behind = image_behind(values["image"])
-    if behind is not None:
-        raise error(where, f"{path}.image", behind)
+        raise error(where, f"{path}.image", f"cannot run containers here: {why}; or containers: null to run "
+                                            "the jobs in their hosts")
+    if values["image"] != DEFAULT_IMAGE and not image_exists(values["image"]):
+        raise error(where, f"{path}.image", f"image {values['image']} is not on this machine: build or load it "
+                                            f"here (podman images lists them; `make image` builds {DEFAULT_IMAGE})")
 
 
 def _pattern(pattern: str | None, present: dict[str, Raw], path: str) -> None:

@@ -153,6 +153,14 @@ def reference_markdown() -> str:
                      "bursts; PyTorch jobs do not. A congestion control this machine's kernel lacks (`dctcp` "
                      "where it is not built in) is refused when the file is read. `transport: tcp-bbr` is "
                      "`transport: tcp` with `cc: bbr`, so one swept key runs ltp against each TCP variant."),
+            ("containers", "`containers: localhost/pcnlab-worker:latest` puts every PyTorch process of the file's "
+                           "ps, ring and torchrun jobs (LTP and compressed ones too) in its own podman container, "
+                           "joined to its host's network namespace: the image gives Python and PyTorch, this "
+                           "checkout (mounted read-only) the code, so a code change needs no new image. Before "
+                           "the first run the image is started once with the jobs' limits and no network, and "
+                           "what it lacks is one line; its id, Python and PyTorch go into versions.json. "
+                           "`--set containers=null` runs every job in its hosts; a job's own `image: null` runs "
+                           "that one there. Generator jobs have no PyTorch and always run in their hosts."),
             ("background", "`background:` is a list of long-lived TCP flows; `src: background` with `dst: ps` "
                            "makes one flow from every background host to the PS."),
             ("schedule", "`schedule:` is a list of changes while the run is up, each at `at_s` seconds after the "

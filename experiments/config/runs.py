@@ -132,7 +132,7 @@ class JobConfig:
     argv: tuple[str, ...] = ()                              # torchrun: its script's path made absolute
     env: tuple[tuple[str, str], ...] = ()
     iteration_regex: str | None = default("jobs", "iteration_regex")
-    image: str | None = default("jobs", "image")            # torchrun: ranks in containers of this image
+    image: str | None = default("jobs", "image")            # PyTorch jobs: each process in a container of this image
     cpus: float | None = default("jobs", "cpus")
     memory: str | None = default("jobs", "memory")
 
@@ -148,10 +148,10 @@ class JobConfig:
                "pcn_start": self.pcn_start, "pcn_lead_us": self.pcn_start_lead_us}
         if self.transport == "ltp":
             out.update(transport="ltp", ltp_deadline_ms=self.ltp_deadline_ms, ltp_theta_min=self.ltp_theta_min)
+        if self.image is not None:
+            out.update(container=ContainerSpec(self.image, self.cpus, self.memory))
         if self.kind == "torchrun":
             out.update(argv=self.argv, env=self.env)
-            if self.image is not None:
-                out.update(container=ContainerSpec(self.image, self.cpus, self.memory))
         elif self.kind == "generator":
             out.update(pattern=self.pattern, burst_bytes=self.burst_bytes, reply_bytes=self.reply_bytes,
                        period_ms=self.period_ms, jitter_ms=self.jitter_ms)

@@ -28,7 +28,9 @@ from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS
 from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
 from pcnlab.workloads.process_config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
                                      TRANSPORTS)
+from pcnlab.workloads.containers import DEFAULT_IMAGE
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
+from pcnlab.workloads.specs import TORCH_KINDS
 
 FIDELITY = FidelityConfig()   # the fidelity section's defaults, from the check that owns them
 
@@ -62,6 +64,7 @@ CCS = ("reno", "cubic", "bbr", "dctcp")
 # (it sets the job's cc), so one swept key can run LTP against each TCP variant.
 TRANSPORT_CHOICES = TRANSPORTS + tuple(f"tcp-{cc}" for cc in CCS)
 LTP_KINDS = ("ps", "generator")
+CONTAINER_KINDS = tuple(FILE_JOB_KIND.get(kind, kind) for kind in TORCH_KINDS)   # jobs whose processes are PyTorch
 
 # --- the schema ----------------------------------------------------------------------------------
 
@@ -152,6 +155,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             default_doc="see below"),
         Key("fidelity", "section", {}, "the thresholds of each run's fidelity check (fidelity.json): a mapping",
             default_doc="see below"),
+        Key("containers", "section", None, "every PyTorch process (each PS and worker of ps and ring jobs, LTP "
+            "and compressed ones too, each torchrun rank) in its own podman container, joined to its host's network "
+            "namespace: `containers: <image>` or a mapping (below); a job's own image, cpus and memory override it, "
+            "and a job's `image: null` runs that job in its hosts; null: every process in its hosts",
+            default_doc="none (in the hosts)"),
         Key("jobs", "list", [], f"DDL jobs, each a mapping (below); data-plane job ids 1, 2, ... in this order "
             f"(at most {MAX_JOB_ID})", default_doc="[] (none)"),
         Key("background", "list", [], "background TCP flows, each a mapping (below)", default_doc="[] (none)"),
@@ -337,14 +345,25 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("iteration_regex", "text", None, "torchrun: a pattern (Python re) of the lines rank 0 prints once "
             "per iteration; their count is checked against the iterations the switches found",
             nullable=True, applies=("torchrun",), default_doc="none"),
-        Key("image", "text", None, "torchrun: run each rank in a container of this image (podman), in its host's "
-            "network namespace, the run folder and the script's folder mounted; null: in the host itself. "
-            "`make image` builds localhost/pcnlab-worker:latest (Python, PyTorch CPU, pcnlab)",
-            nullable=True, applies=("torchrun",), default_doc="none"),
-        Key("cpus", "number", None, "torchrun in a container: CPUs each rank's container may use (podman --cpus)",
-            above=0, nullable=True, applies=("torchrun",), default_doc="no limit"),
-        Key("memory", "text", None, "torchrun in a container: each rank's memory limit (podman --memory: a "
-            "number and b, k, m or g, e.g. 2g)", nullable=True, applies=("torchrun",), default_doc="no limit"),
+        Key("image", "text", None, "run each of the job's processes in a container of this image (podman), in its "
+            "host's network namespace, with the image's python3 and PyTorch and this checkout's code (mounted "
+            "read-only), the run folder and a torchrun script's folder mounted; null: in the host itself. Default: "
+            "the experiment's `containers` image. `make image` builds localhost/pcnlab-worker:latest (Python, "
+            "PyTorch CPU, numpy); a run builds it first when it is missing", nullable=True, applies=CONTAINER_KINDS,
+            default_doc="containers.image"),
+        Key("cpus", "number", None, "in a container: CPUs each of the job's containers may use (podman --cpus)",
+            above=0, nullable=True, applies=CONTAINER_KINDS, default_doc="containers.cpus"),
+        Key("memory", "text", None, "in a container: each of the job's containers' memory limit (podman --memory: "
+            "a number and b, k, m or g, e.g. 2g)", nullable=True, applies=CONTAINER_KINDS,
+            default_doc="containers.memory"),
+    ),
+    "containers": (
+        Key("image", "text", DEFAULT_IMAGE, "the image every PyTorch process runs in (podman; never pulled: "
+            "`podman images` lists what this machine has)"),
+        Key("cpus", "number", None, "CPUs each container may use (podman --cpus)", above=0, nullable=True,
+            default_doc="no limit"),
+        Key("memory", "text", None, "each container's memory limit (podman --memory: a number and b, k, m or g, "
+            "e.g. 2g)", nullable=True, default_doc="no limit"),
     ),
     "background": (
         Key("name", "name", REQUIRED, "the flow's name; with several src/dst pairs, name-1, name-2, ...",
@@ -375,7 +394,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             default_doc="none"),
     ),
 }
-SHORTHAND = {"topology": "kind", "switch": "kind", "mode": "kind", "telemetry": "every"}
+SHORTHAND = {"topology": "kind", "switch": "kind", "mode": "kind", "telemetry": "every", "containers": "image"}
 LIST_SECTIONS = ("jobs", "background", "schedule")
 NOT_SWEPT = ("name", "description", "repetitions", "sweep", "fidelity", "reference", "baseline")
 

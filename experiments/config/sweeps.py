@@ -24,7 +24,7 @@ def _valid_paths(tree: Raw, all_topology_params: bool = False) -> list[str]:
     """Every dotted key that may be set or swept in this document."""
     top = tree.value if tree.is_map else {}
     paths = [k.name for k in SECTIONS[""]]
-    for section in ("switch", "mode", "telemetry", "fidelity"):
+    for section in ("switch", "mode", "telemetry", "fidelity", "containers"):
         paths += [f"{section}.{k.name}" for k in SECTIONS[section]]
     paths.append("topology.kind")
     kind = _current_kind(top.get("topology"))

@@ -24,11 +24,12 @@ from pcnlab.workloads.containers import (
     ContainerSpec,
     choose_runtime,
     container_exists,
-    image_exists,
     remove,
     run_argv,
     runtime_flags,
 )
+
+from pcnlab.workloads.images import image_exists
 
 from conftest import ROOT, needs_podman, needs_root
 
