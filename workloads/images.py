@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -98,8 +99,9 @@ def probe(spec: ContainerSpec, kinds: tuple[str, ...]) -> ImageFacts:
            *choose_runtime().run_flags, *spec.limit_flags(), *mount_flags((), read_only),
            *(f for k, v in env.items() for f in ("-e", f"{k}={v}")), "-w", str(CHECKOUT),
            spec.image, "python3", "-c", _PROBE, *modules]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
+    try:   # in a folder of its own: conmon leaves a file `oom` in its caller's folder when the limit kills
+        with tempfile.TemporaryDirectory(prefix="pcnlab-probe-") as folder:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, cwd=folder)
     except subprocess.TimeoutExpired:
         raise UsageError(f"image {spec.image}: importing PyTorch and the workers took over "
                          f"{_PROBE_TIMEOUT_S:.0f} s in it; is the machine overloaded?") from None

@@ -49,10 +49,12 @@ def test_an_image_without_python_is_one_line(tmp_path):
     assert not image_exists(name)
 
 
-def test_a_memory_limit_pytorch_cannot_start_in_is_named(worker_image):
+def test_a_memory_limit_pytorch_cannot_start_in_is_named(worker_image, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match=r"memory 40m is too small to start PyTorch in image .* the kernel killed it "
                                          r"while importing; give more"):
         probe(ContainerSpec(worker_image, memory="40m"), ("ps",))
+    assert list(tmp_path.iterdir()) == []          # conmon's `oom` file went to the probe's own folder
 
 
 def test_an_image_not_on_this_machine_is_one_line():
