@@ -196,14 +196,15 @@ def _network(netns_pid: int) -> str:
     return f"ns:{path}"
 
 
-def podman_available() -> str | None:
-    """None when podman can run containers here, or one line saying why not and what fixes it."""
+def podman_available(as_root: bool = True) -> str | None:
+    """None when podman can run containers here, or one line saying why not and what fixes it.
+    `as_root` False: whether it could once run as root (a file checked at --dry-run, run as you)."""
     if shutil.which("podman") is None:
         return "podman is not installed: `make deps`"
     runtime = choose_runtime()
     if shutil.which(runtime.name) is None:
         return f"{runtime.name} is not installed ({runtime.why}): `make deps`"
-    if os.geteuid() != 0:
+    if as_root and os.geteuid() != 0:
         return "containers join Mininet hosts' network namespaces, which needs root: run with sudo"
     return None
 

@@ -4,6 +4,7 @@ pair, named."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -216,11 +217,12 @@ def _container(values: dict, wheres: dict[str, Where], path: str) -> None:
     except UsageError as exc:
         key = next((k for k in ("cpus", "memory") if str(exc).startswith(f"container {k}")), "image")
         raise error(wheres.get(key, where), f"{path}.{key}", str(exc)) from None
-    why = podman_available()
+    why = podman_available(as_root=False)           # the run itself needs root, and says so
     if why is not None:
         raise error(where, f"{path}.image", f"cannot run containers here: {why}; or containers: null to run "
                                             "the jobs in their hosts")
-    if values["image"] != DEFAULT_IMAGE and not image_exists(values["image"]):
+    # root's images are the ones a run sees (podman keeps a store per user); the run probes every image again
+    if values["image"] != DEFAULT_IMAGE and os.geteuid() == 0 and not image_exists(values["image"]):
         raise error(where, f"{path}.image", f"image {values['image']} is not on this machine: build or load it "
                                             f"here (podman images lists them; `make image` builds {DEFAULT_IMAGE})")
 
