@@ -52,3 +52,25 @@ def test_the_workers_train_alike_in_containers_and_leave_none(case, worker_image
     assert job["spec"]["container"]["image"] == worker_image
     if kwargs["model"] == "digits-mlp":                                 # the data: the cached copy, mounted
         assert "PCNLAB_DIGITS=" in " ".join(boxed.procs[0].argv)
+
+
+def test_a_rank_killed_inside_its_container_fails_the_job_in_one_line_and_leaves_none(worker_image, tmp_path):
+    import os
+    import signal
+    import time
+
+    from pcnlab.workloads.containers import container_pid
+    from pcnlab.workloads.processes import WorkloadError
+
+    job = Workloads(tmp_path).start_job(JobSpec(name="killed", kind="ps", servers=("h1",), workers=("h2", "h3"),
+                                                model="mlp", iterations=400, compute_ms=50,
+                                                container=ContainerSpec(worker_image)))
+    victim = job.procs[2]
+    pid = container_pid(victim.container, lambda: victim.popen.poll() is None, 60)
+    assert pid is not None and pid != victim.popen.pid          # the worker itself, not podman's client
+    os.kill(pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(WorkloadError, match=r"job killed: rank 2 \(worker1 on h3\) .*stopped the rest"):
+        job.wait(timeout=120)
+    assert time.monotonic() - started < 30
+    assert not any(container_exists(p.container) for p in job.procs)

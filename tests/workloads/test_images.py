@@ -60,3 +60,26 @@ def test_a_memory_limit_pytorch_cannot_start_in_is_named(worker_image, tmp_path,
 def test_an_image_not_on_this_machine_is_one_line():
     with pytest.raises(UsageError, match=r"image localhost/pcnlab-nope:1 is not on this machine: build or load it"):
         probe(ContainerSpec("localhost/pcnlab-nope:1"), ("ps",))
+
+
+def test_a_run_whose_image_lacks_pytorch_stops_before_any_network(worker_image, tmp_path):
+    import sys
+
+    from conftest import ROOT
+
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(f"""
+name: bad
+topology: {{kind: star, hosts: 3, bw: 20}}
+switch: bridge
+containers: {BASE_IMAGE}
+jobs:
+  - {{name: train, kind: ps, ps: h1, workers: [h2, h3], model: mlp, iterations: 5}}
+duration_s: 10
+""")
+    done = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(tmp_path / "results")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"image {BASE_IMAGE} (ps jobs) lacks the Python module" in done.stderr
+    assert not list((tmp_path / "results").rglob("started.json"))      # no run began: no network, no ledger
