@@ -208,6 +208,8 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
     queue = run.queue
     checks: dict = {"thresholds": asdict(limits), "telemetry_every": run.telemetry_every, "unmeasured": [],
                     "calibration": provenance(calibration)}
+    if run.node:
+        checks["node"] = run.node         # a sweep on a cluster: the machine that ran and judged it
     unmeasured = checks["unmeasured"]
 
     cpu_path = run.path / "cpu.csv"

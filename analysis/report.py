@@ -49,7 +49,8 @@ def collect_points(paths: list[Path], include_untrusted: bool = False) -> list[P
             point.left_out.append((run.name, f"{status}" + (f": {error}" if error else "")))
         elif run.fidelity and run.fidelity.get("trusted") is False and not include_untrusted:
             reasons = run.fidelity.get("reasons") or ["no reason given"]
-            point.left_out.append((run.name, f"untrusted: {reasons[0]}"))
+            node = (run.fidelity.get("checks") or {}).get("node")
+            point.left_out.append((run.name, f"untrusted{f' on {node}' if node else ''}: {reasons[0]}"))
         else:
             point.runs.append(run)
     ordered = sorted(points.values(), key=lambda p: p.order)  # stable: folder order where no index

@@ -163,6 +163,12 @@ class RunData:
         return self._json("fidelity.json", {})
 
     @cached_property
+    def node(self) -> str | None:
+        """The cluster machine that ran the run (versions.json's node: experiments/cluster.py), or None."""
+        node = self._json("versions.json", {}).get("node")
+        return node.get("host") if isinstance(node, dict) else None
+
+    @cached_property
     def calibration(self) -> dict:
         """calibration.json: the machine's calibration the runner judged the run by ({}: none recorded)."""
         return self._json("calibration.json", {})

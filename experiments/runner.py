@@ -191,7 +191,7 @@ class RunExecution:
         return procs
 
 
-def _prepare_images(runs, say) -> dict:
+def prepare_images(runs, say) -> dict:
     """The containers the runs' jobs ask for, built (the default image) and probed: workloads/images.py."""
     wanted: dict = {}
     for run in runs:
@@ -206,11 +206,11 @@ class ExperimentRunner:
     is judged by (copied into each run folder as calibration.json; default: this machine's file)."""
 
     def __init__(self, experiment: Experiment, results_root: Path = Path("results"), say=print,
-                 calibration: dict | None = None):
+                 calibration: dict | None = None, stamp: str | None = None):
         self.experiment = experiment
         self.results_root = Path(results_root)
         self.say = say
-        self.stamp = timestamp()
+        self.stamp = stamp or timestamp()     # a cluster's node: the submitter's, so its folder lands in the sweep
         self.calibration = calibration if calibration is not None else load_calibration()
 
     @property
@@ -218,49 +218,58 @@ class ExperimentRunner:
         return (self.results_root / self.experiment.name / self.stamp).resolve()
 
     def run_all(self) -> list[RunOutcome]:
-        from pcnlab.analysis.metrics import analyse_run
         from pcnlab.analysis.report import summarise_sweep
-        from pcnlab.analysis.fidelity import check_run, verdict_line
 
         runs = self.experiment.runs()
-        images = _prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
+        images = prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
         outcomes: list[RunOutcome] = []
         started = time.monotonic()
         for index, run in enumerate(runs, 1):
             self.say(f"[{index}/{len(runs)}] {run.name}  (sweep {time.monotonic() - started:.0f} s so far)")
-            folder = RunFolder.create(self.results_root, self.experiment.name, run.name, self.stamp)
-            outcome = RunOutcome(run.name, folder.path, "finished")
-            try:
-                with folder:
-                    (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
-                    used = {j.image for j in run.jobs if j.image is not None}
-                    (folder.path / "versions.json").write_text(json.dumps(
-                        {**versions(), **({"images": {i: images[i].to_dict() for i in sorted(used)}} if used else {})},
-                        indent=1))
-                    if self.calibration:
-                        write_json(folder.path / "calibration.json", self.calibration)
-                    RunExecution(run, folder, self.say).execute()
-                    try:
-                        outcome.metrics = analyse_run(folder.path)
-                        outcome.fidelity = check_run(folder.path)
-                    except Exception as exc:  # noqa: BLE001 -- a defect in reading one run loses neither it nor the sweep
-                        raise AnalysisFailed(
-                            f"analysing its files failed ({type(exc).__name__}: {exc}); please report it. "
-                            f"The files are kept: pcnlab report {folder.path.parent} --recompute reads them "
-                            "again") from exc
-                    folder.finish({"metrics": "metrics.json"})
-            except KeyboardInterrupt:
-                outcome.status, outcome.error = "aborted", "stopped by Ctrl-C"
-                outcomes.append(outcome)
-                self.say(f"      aborted; what it started was removed; its logs are in {folder.path}")
-                break
-            except PcnLabError as exc:
-                outcome.status, outcome.error = "failed", str(exc)
-                self.say(f"      failed: {exc}; logs kept in {folder.path}")
+            outcome = self.run_one(run, images)
             outcomes.append(outcome)
-            if outcome.status == "finished":
-                self.say(f"      done: {folder.path}")
-                self.say(f"      fidelity: {verdict_line(outcome.fidelity)}")
+            if outcome.status == "aborted":
+                break
         if outcomes:
             summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline)
         return outcomes
+
+    def run_one(self, run: RunConfig, images: dict, node: dict | None = None) -> RunOutcome:
+        """One run of the sweep in its folder, analysed and judged; a failure or Ctrl-C is its outcome
+        (the folder says which). `images`: what prepare_images found; `node`: the cluster node that
+        runs it (experiments/cluster.py), recorded in versions.json."""
+        from pcnlab.analysis.metrics import analyse_run
+        from pcnlab.analysis.fidelity import check_run, verdict_line
+
+        folder = RunFolder.create(self.results_root, self.experiment.name, run.name, self.stamp)
+        outcome = RunOutcome(run.name, folder.path, "finished")
+        try:
+            with folder:
+                (folder.path / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
+                used = {j.image for j in run.jobs if j.image is not None}
+                (folder.path / "versions.json").write_text(json.dumps(
+                    {**versions(), **({"images": {i: images[i].to_dict() for i in sorted(used)}} if used else {}),
+                     **({"node": node} if node else {})}, indent=1))
+                if self.calibration:
+                    write_json(folder.path / "calibration.json", self.calibration)
+                RunExecution(run, folder, self.say).execute()
+                try:
+                    outcome.metrics = analyse_run(folder.path)
+                    outcome.fidelity = check_run(folder.path)
+                except Exception as exc:  # noqa: BLE001 -- a defect in reading one run loses neither it nor the sweep
+                    raise AnalysisFailed(
+                        f"analysing its files failed ({type(exc).__name__}: {exc}); please report it. "
+                        f"The files are kept: pcnlab report {folder.path.parent} --recompute reads them "
+                        "again") from exc
+                folder.finish({"metrics": "metrics.json"})
+        except KeyboardInterrupt:
+            outcome.status, outcome.error = "aborted", "stopped by Ctrl-C"
+            self.say(f"      aborted; what it started was removed; its logs are in {folder.path}")
+            return outcome
+        except PcnLabError as exc:
+            outcome.status, outcome.error = "failed", str(exc)
+            self.say(f"      failed: {exc}; logs kept in {folder.path}")
+            return outcome
+        self.say(f"      done: {folder.path}")
+        self.say(f"      fidelity: {verdict_line(outcome.fidelity)}")
+        return outcome

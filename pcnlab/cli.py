@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pcnlab.cmdline import OneLineParser, count, natural, non_negative, positive, tcp_port
+from pcnlab.cluster_cli import add_parser as add_cluster_parser
 from pcnlab.errors import PcnLabError, UsageError
 
 
@@ -120,6 +121,8 @@ def _cmd_run(args) -> int:
                   f"{len(run.jobs)} job(s), {len(run.background)} background flow(s), {run.duration_s:g} s"
                   + (f" (time_scale {run.time_scale:g})" if run.time_scale != 1 else "") + _boxed(run))
         return 0
+    if args.cluster is not None:
+        return _run_on_cluster(args, experiment)
     from pcnlab.experiments.calibrate import ensure_calibration
     from pcnlab.experiments.runner import ExperimentRunner
     from pcnlab.toolchain import require_root
@@ -130,6 +133,22 @@ def _cmd_run(args) -> int:
     calibration = ensure_calibration(Path(args.results)) if bmv2 else None
     _fit(runs, calibration, refuse=not args.force)
     outcomes = ExperimentRunner(experiment, Path(args.results), calibration=calibration).run_all()
+    failed = [o for o in outcomes if o.status != "finished"]
+    return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
+
+
+def _run_on_cluster(args, experiment) -> int:
+    """The sweep's runs on a Ray cluster's machines, each judged by its own machine (experiments/cluster.py)."""
+    import os
+
+    from pcnlab.experiments.cluster_sweep import ClusterSweep
+
+    address = args.cluster or os.environ.get("RAY_ADDRESS", "")
+    if not address:
+        raise UsageError("--cluster needs the head's address (host:port, as pcnlab cluster start printed it), "
+                         "or RAY_ADDRESS set")
+    _stop_on_sigterm()
+    outcomes = ClusterSweep(experiment, Path(args.file), args.overrides, address, Path(args.results)).run_all()
     failed = [o for o in outcomes if o.status != "finished"]
     return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
 
@@ -233,7 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="run even when the fit estimate says the runs will not "
                    "keep up on this machine")
     p.add_argument("--results", default="results", help="results folder (default: results)")
+    p.add_argument("--cluster", nargs="?", const="", metavar="ADDRESS", help="run the sweep on the Ray cluster at "
+                   "ADDRESS (host:port; alone: $RAY_ADDRESS), one run per machine at a time; the folders come "
+                   "home under --results (pcnlab cluster start/join make the machines)")
     p.set_defaults(func=_cmd_run)
+
+    add_cluster_parser(sub)
 
     p = sub.add_parser("calibrate", help="measure what this machine sustains: packets/s through one BMv2 "
                        "switch, its idle lag, PyTorch workers beside it (a few minutes)")

@@ -61,7 +61,7 @@ if [ ! -x .venv/bin/python ]; then
   $SYSPY -m venv --system-site-packages .venv
 fi
 stamp=.venv/.pcnlab-deps
-if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c "import torch, finsy, scapy, yaml, pandas, matplotlib, scipy, pyarrow, sklearn, pytest, bokeh, nbclient, ipykernel, pcnlab" 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c "import torch, finsy, scapy, yaml, pandas, matplotlib, scipy, pyarrow, sklearn, pytest, bokeh, nbclient, ipykernel, ray, pcnlab" 2>/dev/null; then
   say ".venv up to date"
 else
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
@@ -77,8 +77,8 @@ else
     say "installing PyTorch 2.13.0 into .venv from ${torch_index:-the default index (CUDA build: an NVIDIA driver is here)}"
     .venv/bin/python -m pip install -q ${torch_index:+--index-url "$torch_index"} "torch==2.13.0"
   fi
-  say "installing the project and its Python packages into .venv (finsy, scapy, pyyaml, pandas, matplotlib, scipy, pyarrow, scikit-learn, bokeh, pytest, nbclient, ipykernel)"
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  say "installing the project and its Python packages into .venv (finsy, scapy, pyyaml, pandas, matplotlib, scipy, pyarrow, scikit-learn, bokeh, pytest, nbclient, ipykernel; ray for sweeps over several machines)"
+  .venv/bin/python -m pip install -q -e ".[dev,cluster]"
   touch "$stamp"
 fi
 say "done"

@@ -1,0 +1,177 @@
+"""Sweeps on a real Ray cluster of two nodes on this machine (ray.cluster_utils.Cluster, each node
+advertising `pcnlab: 1`), through `pcnlab run FILE --cluster ADDRESS`: the folders land in the layout of
+a local sweep with the same report, a node lost mid-run has its run done again on the other, a node on
+other code is refused in one line, Ctrl-C leaves nothing, and bad addresses are one line. The machine
+lock serializes the two nodes' networks here, so these tests assert completeness and layout, not trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, needs_root
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: make deps installs it")
+
+from pcnlab.ledger import DEFAULT_STATE_DIR  # noqa: E402
+
+pytestmark = [needs_root, pytest.mark.slow]
+
+SPEC = """
+name: spread
+topology: {{kind: star, hosts: 3, bw: 20}}
+switch: bridge
+jobs:
+  - {{name: gen, kind: generator, pattern: ps, ps: h1, workers: [h2], burst_bytes: 20000, period_ms: 100,
+     iterations: {iterations}}}
+background:
+  - {{src: h3, dst: h1}}
+duration_s: {duration}
+warmup_s: 0.5
+sweep:
+  jobs.0.period_ms: {periods}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"pcnlab": 1},
+                                                         "include_dashboard": False})
+    made.add_node(num_cpus=1, resources={"pcnlab": 1})
+    made.wait_for_nodes()
+    yield made
+    made.shutdown()
+
+
+def _spec(tmp_path: Path, periods="[100, 150]", iterations=20, duration=4) -> Path:
+    spec = tmp_path / "spread.yaml"
+    spec.write_text(SPEC.format(periods=periods, iterations=iterations, duration=duration))
+    return spec
+
+
+def _pcnlab(*args, cwd=ROOT, env=None, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pcnlab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+def test_a_sweep_lands_in_the_local_layout_with_the_same_report(cluster, tmp_path):
+    spec = _spec(tmp_path)
+    done = _pcnlab("run", str(spec), "--cluster", cluster.address, "--results", str(tmp_path / "far"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "on " in done.stdout and done.stdout.count("fidelity:") == 2
+    sweep = (tmp_path / "far" / "spread" / "latest").resolve()
+    points = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert points == ["period_ms=100", "period_ms=150"]
+    for point in points:
+        run = sweep / point
+        assert json.loads((run / "status.json").read_text())["status"] == "finished"
+        assert (run / "metrics.json").exists() and (run / "fidelity.json").exists()
+        assert json.loads((run / "versions.json").read_text())["node"]["host"]
+    record = json.loads((sweep / "cluster.json").read_text())
+    assert [r["run"] for r in record["runs"]] == points
+    assert all(r["attempts"][-1]["status"] == "finished" for r in record["runs"])
+    local = _pcnlab("run", str(spec), "--results", str(tmp_path / "near"))
+    assert local.returncode == 0, local.stdout[-3000:]
+    near = json.loads(((tmp_path / "near" / "spread" / "latest").resolve() / "summary.json").read_text())
+    far = json.loads((sweep / "summary.json").read_text())
+    assert _shape(far) == _shape(near)
+    assert {p.name for p in sweep.iterdir()} - {"cluster.json"} == \
+        {p.name for p in (tmp_path / "near" / "spread" / "latest").resolve().iterdir()}
+
+
+def _shape(value):
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value[:1]]
+    return type(value).__name__
+
+
+def test_a_node_lost_mid_run_has_its_run_done_again_on_the_other(cluster, tmp_path):
+    node = cluster.add_node(num_cpus=1, resources={"pcnlab": 1})
+    cluster.wait_for_nodes()
+    spec = _spec(tmp_path, periods="[100, 120, 140]", iterations=60, duration=8)
+    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
+                              "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, cwd=ROOT)
+    time.sleep(8)                                # three runs submitted: one on each of the three nodes
+    cluster.remove_node(node, allow_graceful=False)
+    out, _ = sweep.communicate(timeout=600)
+    assert sweep.returncode == 0, out[-4000:]
+    assert "lost on node" in out and "running it again on another machine" in out
+    record = json.loads(((tmp_path / "far" / "spread" / "latest").resolve() / "cluster.json").read_text())
+    lost = [r for r in record["runs"] if r["attempts"][0]["status"] == "lost"]
+    assert len(lost) == 1 and lost[0]["attempts"][-1]["status"] == "finished"
+    assert all(r["attempts"][-1]["status"] == "finished" for r in record["runs"])
+
+
+def test_a_node_on_other_code_is_refused_in_one_line(cluster, tmp_path):
+    tree = tmp_path / "other"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True,
+                   capture_output=True)
+    try:
+        subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--allow-empty",
+                        "-m", "another commit"], check=True, capture_output=True)
+        env = {**os.environ, "PYTHONPATH": str(tree / "containers" / "pythonpath")}
+        done = _pcnlab("run", str(_spec(tmp_path)), "--cluster", cluster.address, "--results", str(tmp_path / "r"),
+                       cwd=tree, env=env)
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "runs other code than this machine: commit" in done.stderr
+
+
+def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path):
+    spec = _spec(tmp_path, periods="[100, 150]", iterations=200, duration=30)
+    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
+                              "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _running_ledgers():
+        time.sleep(0.5)
+    assert _running_ledgers(), "no run started on the nodes"
+    time.sleep(3)
+    sweep.send_signal(signal.SIGINT)
+    out, _ = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, out[-3000:]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _running_ledgers():
+        time.sleep(0.5)
+    assert _running_ledgers() == []
+    clean = _pcnlab("clean")
+    assert "nothing to clean" in clean.stdout, clean.stdout
+
+
+def _running_ledgers() -> list[str]:
+    """This experiment's runs that are up on this machine (any node's): their ledger's index entries,
+    which a run removes as it ends, having removed what it started."""
+    return sorted(p.name for p in Path(DEFAULT_STATE_DIR).glob("spread-*.json"))
+
+
+@pytest.mark.parametrize("address, words", [("127.0.0.1:1", "no Ray cluster at 127.0.0.1:1")])
+def test_no_cluster_at_the_address_is_one_line(address, words, tmp_path):
+    done = _pcnlab("run", str(_spec(tmp_path)), "--cluster", address, timeout=60)
+    assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_cluster_without_pcnlab_machines_is_one_line(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    bare = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        done = _pcnlab("run", str(_spec(tmp_path)), "--cluster", bare.address, timeout=120)
+    finally:
+        bare.shutdown()
+    assert done.returncode == 2, done.stderr
+    assert "has no node offering pcnlab" in done.stderr and done.stderr.count("\n") == 1
