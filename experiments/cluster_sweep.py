@@ -77,8 +77,7 @@ class ClusterSweep:
             self._say(f"cluster {self.address}: {len(nodes)} machine(s) offer {RESOURCE} "
                       f"({', '.join(sorted(n['NodeManagerHostname'] for n in nodes))}); {len(runs)} run(s), one per "
                       "machine at a time")
-            self.task = ray.remote(run_on_node).options(num_returns="streaming", max_retries=0, num_cpus=0,
-                                                        resources={RESOURCE: 1})
+            self.task = ray.remote(run_on_node)
             self.mine = node_facts()
             outcomes: dict[int, RunOutcome] = {}
             with ThreadPoolExecutor(max_workers=len(runs)) as pool:
@@ -126,11 +125,12 @@ class ClusterSweep:
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(others[0]["NodeID"], soft=False)
-            stream = self.task.options(**options).remote(self.text, self.file_name, self.overrides, index, self.stamp,
-                                                          self.mine)
-            self._live[index] = stream
             host, node_id = None, None
             try:
+                stream = self.task.options(num_returns="streaming", max_retries=0, num_cpus=0, resources={RESOURCE: 1},
+                                           **options).remote(self.text, self.file_name, self.overrides, index,
+                                                             self.stamp, self.mine)
+                self._live[index] = stream
                 outcome, pieces = None, []
                 for ref in stream:
                     item = ray.get(ref)

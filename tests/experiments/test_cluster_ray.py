@@ -117,7 +117,9 @@ def test_a_node_lost_mid_run_has_its_run_done_again_on_the_other(cluster, tmp_pa
 
 def test_a_node_on_other_code_is_refused_in_one_line(cluster, tmp_path):
     tree = tmp_path / "other"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True,
+    # this checkout's code (with its uncommitted changes to tracked files), as a commit of its own
+    here = subprocess.run(["git", "-C", str(ROOT), "stash", "create"], capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), here or "HEAD"], check=True,
                    capture_output=True)
     try:
         subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--allow-empty",
