@@ -11,17 +11,14 @@
     run.config, run.metrics, run.status, run.network
     load_results("results/pcn-paper")   # every run of its latest sweep, and a table of their metrics
 
-Every time is on one clock: the host's monotonic clock in nanoseconds (`time.monotonic_ns()`), which
-every Mininet host, every workload log, the controller's events and the queue log collector share.
-Switch times (µs since that switch started) are mapped onto it per switch from the collector's own
-stamps: a telemetry clone reaches the collector right after its packet left the switch, so the lower
-envelope of host_ns - egress_us x 1000 is the switch's offset (`SwitchClock`). Each row also keeps its
-switch-clock times. Reading never changes a run folder and never re-runs anything.
+Every time is on one clock, the host's monotonic clock in ns, which every Mininet host, workload log,
+the controller and the collector share. Switch times (µs since that switch started) are mapped onto it
+per switch: a telemetry clone reaches the collector right after its packet left, so the lower envelope
+of host_ns - egress_us x 1000 is the switch's offset (`SwitchClock`); rows keep their switch times too.
+Reading never changes a run folder and never re-runs anything.
 
-The controller's and the workloads' JSON-lines logs follow one schema (pcnlab/jsonlines.py: every line
-has `type` and `host_ns`, the first is the anchor with `wall_time`). A run folder written before that
-schema is refused with one line naming the file (UsageError), not read wrongly; so is a file that cannot
-be read as its kind (damaged JSON, YAML or CSV, or a queue log without its columns), saying what to do.
+JSON-lines logs follow one schema (pcnlab/jsonlines.py: `type` and `host_ns` on every line, an anchor
+first). A folder written before it, or a file damaged for its kind, is refused in one line (UsageError).
 """
 
 from __future__ import annotations
@@ -163,10 +160,8 @@ class RunData:
         return self._json("fidelity.json", {})
 
     @cached_property
-    def node(self) -> str | None:
-        """The cluster machine that ran the run (versions.json's node: experiments/cluster.py), or None."""
-        node = self._json("versions.json", {}).get("node")
-        return node.get("host") if isinstance(node, dict) else None
+    def node(self) -> str | None:      # the cluster machine that ran it (versions.json: experiments/cluster.py)
+        return (self._json("versions.json", {}).get("node") or {}).get("host")
 
     @cached_property
     def calibration(self) -> dict:

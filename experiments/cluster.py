@@ -18,6 +18,7 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import tarfile
@@ -37,7 +38,8 @@ RESOURCE = "pcnlab"                         # what a node advertises, one; each 
 CHUNK_BYTES = 16 << 20                      # a run folder comes home in pieces of this size
 P4_BUILD = PROJECT_DIR / "p4src" / "build"  # the compiled program every node must share
 # versions.json's fields a node must share with the submitter (the kernel and the machine may differ)
-SHARED = ("commit", "dirty", "changes", "p4", "python", "packages", "p4c", "bmv2")
+SHARED = ("commit", "changes", "p4", "python", "packages", "p4c", "bmv2")
+CODE = ("pcnlab", "controller", "topologies", "workloads", "experiments", "analysis", "p4src")   # what a run imports
 RAY_HINT = "`make deps` installs Ray (or: .venv/bin/pip install 'ray>=2.9')"
 
 
@@ -60,14 +62,24 @@ def p4_digest(build: Path = P4_BUILD) -> str:
 
 
 def changes_digest(folder: Path = PROJECT_DIR) -> str | None:
-    """sha256 (first 16) of the checkout's uncommitted changes to tracked files (`git diff HEAD`): two
-    trees with changes run the same code only when their changes are the same."""
+    """sha256 (first 16) of what the checkout's code holds beyond its commit: `git diff HEAD` of the
+    folders a run imports and their new files not ignored (None: nothing). Two checkouts run the same
+    code when their commits and these agree; other new files (a YAML of the user's) do not count."""
+    git = ["git", "--no-optional-locks", "-c", f"safe.directory={folder}", "-C", str(folder)]
     try:
-        diff = subprocess.run(["git", "--no-optional-locks", "-c", f"safe.directory={folder}", "-C", str(folder),
-                               "diff", "HEAD", "--binary"], capture_output=True, timeout=60)
+        diff = subprocess.run([*git, "diff", "HEAD", "--binary", "--", *CODE], capture_output=True, timeout=60)
+        new = subprocess.run([*git, "ls-files", "-o", "--exclude-standard", "-z", "--", *CODE], capture_output=True,
+                             timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return hashlib.sha256(diff.stdout).hexdigest()[:16] if diff.returncode == 0 else None
+    if diff.returncode != 0 or new.returncode != 0:
+        return None
+    digest = hashlib.sha256(diff.stdout)
+    names = sorted(n for n in new.stdout.decode().split("\0") if n)
+    for name in names:
+        if (folder / name).is_file():
+            digest.update(name.encode() + b"\0" + (folder / name).read_bytes())
+    return digest.hexdigest()[:16] if diff.stdout or names else None
 
 
 def node_facts() -> dict:
@@ -77,7 +89,7 @@ def node_facts() -> dict:
     git = known.get("git", {})
     found = read_calibration()
     return {"host": platform.node(), "commit": git.get("commit"), "dirty": git.get("dirty"),
-            "changes": changes_digest() if git.get("dirty") else None, "p4": p4_digest(),
+            "changes": changes_digest(), "p4": p4_digest(),
             "python": known.get("python"), "packages": python_packages(), "p4c": known.get("p4c"),
             "bmv2": known.get("bmv2"), "root": os.geteuid() == 0,
             "toolchain": all(find_program(p) for p in ("simple_switch_grpc", "p4c")),
@@ -204,6 +216,18 @@ def _ray_node_id() -> str | None:
         return None
 
 
+def lost_errors():
+    """(Ray's errors for a run lost with its machine, a task's own error, the node placement class)."""
+    ray_module()
+    from ray import exceptions as ex
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    lost = tuple(getattr(ex, name) for name in ("NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError",
+                                                 "ObjectLostError", "OwnerDiedError", "TaskUnschedulableError",
+                                                 "TaskCancelledError", "RaySystemError") if hasattr(ex, name))
+    return lost, ex.RayTaskError, NodeAffinitySchedulingStrategy
+
+
 def alive_nodes(ray) -> list[dict]:
     """The cluster's live nodes that offer a PCN Lab machine."""
     return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) >= 1]
@@ -214,12 +238,14 @@ def status_rows(ray) -> list[dict]:
     calibration and whether a PCN Lab network runs on it now."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    facts = ray.remote(node_facts).options(num_cpus=0, max_retries=0)
-    refs = [facts.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+    facts = ray.remote(node_facts)
+    refs = [facts.options(num_cpus=0, max_retries=0,
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
             for n in alive_nodes(ray)]
     rows = []
     for found in ray.get(refs, timeout=120):
-        rows.append({"host": found["host"], "commit": (found["commit"] or "none")[:12] + ("+" if found["dirty"] else ""),
+        commit = (found["commit"] or "none")[:12] + ("+changes" if found["changes"] else "")
+        rows.append({"host": found["host"], "commit": commit,
                      "busy": "yes" if found["busy"] else "no", "calibration": found["calibration_line"]})
     return sorted(rows, key=lambda r: r["host"])
 
@@ -242,15 +268,16 @@ def connect(address: str):
     """ray.init to the cluster at `address`, quietly; one line when there is none there."""
     ray = ray_module()
     _reachable(address)
-    here = os.getcwd()
+    here, on_term = os.getcwd(), signal.getsignal(signal.SIGTERM)
     os.chdir("/")      # Ray puts the driver's folder first on its workers' sys.path: a node runs its own code
     try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise UsageError(f"no Ray cluster at {address} ({str(exc).splitlines()[0][:160]}); start one with "
-                         "pcnlab cluster start, or give its address") from None
+        raise UsageError(f"no Ray cluster at {address} ({str(exc).splitlines()[0][:160]}); submit from a machine "
+                         "of the cluster (pcnlab cluster start or join on it first)") from None
     finally:
         os.chdir(here)
+        signal.signal(signal.SIGTERM, on_term)   # ray.init's own handler would exit without cancelling the runs
     if not alive_nodes(ray):
         ray.shutdown()
         raise UsageError(f"the Ray cluster at {address} has no node offering {RESOURCE}: start machines with "

@@ -111,7 +111,7 @@ def _status(args) -> int:
         rows = status_rows(ray)
     finally:
         ray.shutdown()
-    print(f"{'machine':<20} {'commit':<14} {'run on it':<10} calibration")
+    print(f"{'machine':<20} {'commit':<22} {'run on it':<10} calibration")
     for row in rows:
-        print(f"{row['host']:<20} {row['commit']:<14} {row['busy']:<10} {row['calibration']}")
+        print(f"{row['host']:<20} {row['commit']:<22} {row['busy']:<10} {row['calibration']}")
     return 0

@@ -13,8 +13,10 @@ image's id, its Python and PyTorch) goes into the run's versions.json.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from pcnlab.workloads.containers import (
     choose_runtime,
     mount_flags,
     podman,
+    remove,
     run_podman,
 )
 
@@ -72,8 +75,6 @@ class ImageFacts:
 
 
 def image_exists(image: str = DEFAULT_IMAGE) -> bool:
-    import shutil
-
     if shutil.which("podman") is None:
         return False
     return run_podman("image", "exists", image).returncode == 0
@@ -95,14 +96,18 @@ def probe(spec: ContainerSpec, kinds: tuple[str, ...]) -> ImageFacts:
         raise UsageError(f"image {spec.image} is not on this machine: {hint}")
     modules = [m for kind in kinds for m in KIND_MODULES[kind]]
     read_only, env = checkout_access()
-    cmd = [*podman(), "run", "--rm", "--pull", "never", "--network", "none", "--log-driver", "none",
+    name = f"pcnlab-probe-{uuid.uuid4().hex[:12]}"
+    cmd = [*podman(), "run", "--rm", "--name", name, "--pull", "never", "--network", "none", "--log-driver", "none",
            *choose_runtime().run_flags, *spec.limit_flags(), *mount_flags((), read_only),
            *(f for k, v in env.items() for f in ("-e", f"{k}={v}")), "-w", str(CHECKOUT),
            spec.image, "python3", "-c", _PROBE, *modules]
     try:   # in a folder of its own: conmon leaves a file `oom` in its caller's folder when the limit kills
         with tempfile.TemporaryDirectory(prefix="pcnlab-probe-") as folder:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, cwd=folder)
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:      # a timeout, Ctrl-C: the client is gone, its container may not be
+        remove(name)
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
         raise UsageError(f"image {spec.image}: importing PyTorch and the workers took over "
                          f"{_PROBE_TIMEOUT_S:.0f} s in it; is the machine overloaded?") from None
     what = f"image {spec.image} ({', '.join(kinds)} jobs)"
@@ -140,10 +145,15 @@ def ensure_default_image(say=print) -> None:
     proc = subprocess.Popen(["bash", str(script)], cwd=CHECKOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if line.startswith("image: "):
-            say(f"  {line.rstrip()}")
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            if line.startswith("image: "):
+                say(f"  {line.rstrip()}")
+    except BaseException:        # Ctrl-C, SIGTERM: the build ends with the run (its own trap removes its folder)
+        proc.terminate()
+        proc.wait(60)
+        raise
     if proc.wait() != 0 or not image_exists(DEFAULT_IMAGE):
         raise UsageError(f"building {DEFAULT_IMAGE} failed ({(lines or ['no output'])[-1]}); run `make image` "
                          "to see the whole log, or set containers: null to run the jobs in their hosts")

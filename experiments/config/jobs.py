@@ -192,9 +192,9 @@ def _inherit(values: dict, present: dict[str, Raw], containers: ContainerDefault
     """A PyTorch job's image, cpus and memory: its own where it gives them (`image: null`: in its hosts),
     else the experiment's `containers`; where each came from, for the errors."""
     wheres = {k: present[k].where for k in ("image", "cpus", "memory") if k in present}
-    if containers is None or "image" in present:
+    if containers is None or ("image" in present and values["image"] is None):
         return wheres
-    for key in ("image", "cpus", "memory"):
+    for key in ("image", "cpus", "memory"):     # each key the job leaves out: the experiment's
         if key not in present:
             values[key] = containers.values[key]
             wheres[key] = containers.wheres.get(key, containers.where)

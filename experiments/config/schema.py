@@ -1,18 +1,15 @@
 """The experiment file's schema: the limits one machine imposes, and every key (`Key`) of every section
 (`SECTIONS`) and topology (`TOPOLOGY_PARAMS`), with its type, unit, default, allowed values and meaning.
 
-The rest of the package reads this table: the converters check values against it, the typed configs take
-their defaults from it, sweeps and --set list its dotted keys, and reference_markdown() renders it as
-docs/yaml-reference.md. Facts owned elsewhere are imported, here and in the package's other modules, never
-restated: the modes and the data plane's limits (controller/dataplane.py), the host and switch limits and
-the topologies (topologies/topos.py), the switch kinds (topologies/network.py), the job kinds, burst
-patterns and the name rule (workloads/), the models (workloads/catalog.py), the frame size
-(topologies/routing.py) and the published references (analysis/reference.py).
+The package reads this table: converters check values against it, typed configs take their defaults from
+it, sweeps and --set list its dotted keys, reference_markdown() renders it as docs/yaml-reference.md.
+Facts owned elsewhere are imported, never restated: modes and data plane limits (controller/), host and
+switch limits and topologies (topologies/), job kinds, patterns, models, images (workloads/), references.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from pcnlab.analysis.fidelity_limits import FidelityConfig
@@ -29,8 +26,7 @@ from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT
 from pcnlab.workloads.process_config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
                                      TRANSPORTS)
 from pcnlab.workloads.containers import DEFAULT_IMAGE
-from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS
-from pcnlab.workloads.specs import TORCH_KINDS
+from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS, TORCH_KINDS
 
 FIDELITY = FidelityConfig()   # the fidelity section's defaults, from the check that owns them
 
@@ -107,6 +103,14 @@ def _rate(name: str, doc: str, default: Any = 20.0, default_doc: str = "") -> Ke
                scales=RATE)
 
 
+_IMAGE = Key(  # a PyTorch job's container; the file's `containers` section takes these for every such job
+    "image", "text", None, "each PyTorch process in a container of this image (podman; never pulled) in its host's "
+    "network namespace, with the image's PyTorch and this checkout's code (read-only); null: in the host itself",
+    nullable=True, applies=CONTAINER_KINDS, default_doc="containers.image")
+_CPUS = Key("cpus", "number", None, "CPUs each container may use (podman --cpus)", above=0, nullable=True,
+            applies=CONTAINER_KINDS, default_doc="containers.cpus")
+_MEMORY = Key("memory", "text", None, "each container's memory limit (podman --memory: a number and b, k, m or g, "
+              "e.g. 2g)", nullable=True, applies=CONTAINER_KINDS, default_doc="containers.memory")
 _BW = _rate("bw", "rate of every host link (and of every link without its own rate below)")
 _QUEUE = Key("queue", "int", 60, "egress queue depth of every switch port", unit="packets", min=1, max=MAX_QDEPTH)
 SAME_AS_BW = "same as bw"
@@ -155,11 +159,9 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             default_doc="see below"),
         Key("fidelity", "section", {}, "the thresholds of each run's fidelity check (fidelity.json): a mapping",
             default_doc="see below"),
-        Key("containers", "section", None, "every PyTorch process (each PS and worker of ps and ring jobs, LTP "
-            "and compressed ones too, each torchrun rank) in its own podman container, joined to its host's network "
-            "namespace: `containers: <image>` or a mapping (below); a job's own image, cpus and memory override it, "
-            "and a job's `image: null` runs that job in its hosts; null: every process in its hosts",
-            default_doc="none (in the hosts)"),
+        Key("containers", "section", None, "every PyTorch process (each PS, worker and rank; LTP and compressed "
+            "ones too) in its own podman container in its host's network namespace: `containers: <image>` or a mapping "
+            "(below); a job's own keys override it, its `image: null` runs it in its hosts", default_doc="none"),
         Key("jobs", "list", [], f"DDL jobs, each a mapping (below); data-plane job ids 1, 2, ... in this order "
             f"(at most {MAX_JOB_ID})", default_doc="[] (none)"),
         Key("background", "list", [], "background TCP flows, each a mapping (below)", default_doc="[] (none)"),
@@ -345,26 +347,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("iteration_regex", "text", None, "torchrun: a pattern (Python re) of the lines rank 0 prints once "
             "per iteration; their count is checked against the iterations the switches found",
             nullable=True, applies=("torchrun",), default_doc="none"),
-        Key("image", "text", None, "run each of the job's processes in a container of this image (podman), in its "
-            "host's network namespace, with the image's python3 and PyTorch and this checkout's code (mounted "
-            "read-only), the run folder and a torchrun script's folder mounted; null: in the host itself. Default: "
-            "the experiment's `containers` image. `make image` builds localhost/pcnlab-worker:latest (Python, "
-            "PyTorch CPU, numpy); a run builds it first when it is missing", nullable=True, applies=CONTAINER_KINDS,
-            default_doc="containers.image"),
-        Key("cpus", "number", None, "in a container: CPUs each of the job's containers may use (podman --cpus)",
-            above=0, nullable=True, applies=CONTAINER_KINDS, default_doc="containers.cpus"),
-        Key("memory", "text", None, "in a container: each of the job's containers' memory limit (podman --memory: "
-            "a number and b, k, m or g, e.g. 2g)", nullable=True, applies=CONTAINER_KINDS,
-            default_doc="containers.memory"),
+        _IMAGE, _CPUS, _MEMORY,
     ),
-    "containers": (
-        Key("image", "text", DEFAULT_IMAGE, "the image every PyTorch process runs in (podman; never pulled: "
-            "`podman images` lists what this machine has)"),
-        Key("cpus", "number", None, "CPUs each container may use (podman --cpus)", above=0, nullable=True,
-            default_doc="no limit"),
-        Key("memory", "text", None, "each container's memory limit (podman --memory: a number and b, k, m or g, "
-            "e.g. 2g)", nullable=True, default_doc="no limit"),
-    ),
+    "containers": (replace(_IMAGE, default=DEFAULT_IMAGE, nullable=False, applies=(), default_doc=""),
+                   replace(_CPUS, applies=(), default_doc="no limit"), replace(_MEMORY, applies=(), default_doc="no limit")),
     "background": (
         Key("name", "name", REQUIRED, "the flow's name; with several src/dst pairs, name-1, name-2, ...",
             default_doc="<src>-<dst>"),

@@ -14,9 +14,14 @@ from pcnlab.experiments.cluster import _reachable, chunks, differences, node_fac
 
 
 def test_the_facts_of_this_machine_name_its_code():
+    import subprocess
+
+    from conftest import ROOT
+
     facts = node_facts()
-    assert len(facts["p4"]) == 16 and facts["python"] and "torch" in facts["packages"]
-    assert differences(facts, dict(facts)) == []
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert facts["commit"] == head and len(facts["p4"]) == 16 and "torch" in facts["packages"]
+    assert differences(facts, {**facts, "p4": "0" * 16}) == [f"p4 {facts['p4']} here, {'0' * 16} there"]
 
 
 def test_differences_name_what_differs_and_nothing_else():
