@@ -136,7 +136,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--kills", type=count, default=10)
     parser.add_argument("--megabytes", type=count, default=200)
+    parser.add_argument("--parts", default="overhead,home,kills", help="which measurements, comma-separated")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts <= {"overhead", "home", "kills"}:
+        parser.error(f"--parts {args.parts!r}: choose among overhead, home, kills")
     import ray
     from ray.cluster_utils import Cluster
 
@@ -146,11 +150,15 @@ def main() -> int:
     cluster.wait_for_nodes()
     work = Path(tempfile.mkdtemp(prefix="pcnlab-bench-cluster-"))
     try:
-        overhead(cluster, work, args.repeats)
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        folders_home(ray, worker.node_id, args.megabytes, work)
-        ray.shutdown()
-        missing = lost_nodes(cluster, work, args.kills)
+        missing = 0
+        if "overhead" in parts:
+            overhead(cluster, work, args.repeats)
+        if "home" in parts:
+            ray.init(address=cluster.address, log_to_driver=False)
+            folders_home(ray, worker.node_id, args.megabytes, work)
+            ray.shutdown()
+        if "kills" in parts:
+            missing = lost_nodes(cluster, work, args.kills)
     finally:
         cluster.shutdown()
     print(f"results in {work}")

@@ -31,6 +31,7 @@ from pcnlab.experiments.calibrate import ensure_calibration
 from pcnlab.experiments.config import load_experiment
 from pcnlab.experiments.provenance import PROJECT_DIR, python_packages, versions
 from pcnlab.experiments.runner import ExperimentRunner, prepare_images
+from pcnlab.ledger import is_running, process_start_time
 from pcnlab.toolchain import find_program
 from pcnlab.topologies.network import NETWORK_LOCK
 
@@ -40,6 +41,7 @@ P4_BUILD = PROJECT_DIR / "p4src" / "build"  # the compiled program every node mu
 # versions.json's fields a node must share with the submitter (the kernel and the machine may differ)
 SHARED = ("commit", "changes", "p4", "python", "packages", "p4c", "bmv2")
 CODE = ("pcnlab", "controller", "topologies", "workloads", "experiments", "analysis", "p4src")   # what a run imports
+WORK_ROOT = Path(tempfile.gettempdir()) / "pcnlab-cluster"   # a node's run folders until they are home
 RAY_HINT = "`make deps` installs Ray (or: .venv/bin/pip install 'ray>=2.9')"
 
 
@@ -187,7 +189,7 @@ def run_on_node(text: str, file_name: str, overrides: list[str], index: int, sta
         yield {"refused": f"node {host} runs Ray as a user; runs need root: start it with sudo pcnlab cluster join"}
         return
     yield {"started": {"host": host, "node_id": _ray_node_id(), "calibration": facts["calibration"]}}
-    work = Path(tempfile.mkdtemp(prefix="pcnlab-node-"))
+    work = _work_folder()
     os.chdir(PROJECT_DIR)      # a file's relative paths (a torchrun script) read as from the checkout's top
     try:
         spec = work / file_name
@@ -206,6 +208,18 @@ def run_on_node(text: str, file_name: str, overrides: list[str], index: int, sta
         yield from chunks(packed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _work_folder(root: Path = WORK_ROOT) -> Path:
+    """A folder for one run on this node, named by the process that owns it (pid and start time); the
+    folders of processes that are gone (a node killed mid-run) are removed first."""
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        pid, _, start = old.name.partition("-")
+        owner = start.split("-", 1)[0]
+        if pid.isdigit() and owner.isdigit() and not is_running(int(pid), int(owner)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{process_start_time(os.getpid())}-", dir=root))
 
 
 def _ray_node_id() -> str | None:

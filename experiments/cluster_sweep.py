@@ -87,6 +87,7 @@ class ClusterSweep:
         outcomes: dict[int, RunOutcome] = {}
         try:
             nodes = alive_nodes(ray)
+            self._first = {n["NodeID"] for n in nodes}
             self._say(f"cluster {self.address}: {len(nodes)} machine(s) offer {RESOURCE} "
                       f"({', '.join(sorted(n['NodeManagerHostname'] for n in nodes))}); {len(runs)} run(s), one per "
                       "machine at a time")
@@ -133,7 +134,10 @@ class ClusterSweep:
                     placement.attempts.append({"node": None, "status": "not run: no other machine is left"})
                     self._say(f"      {run.name}: no other machine is left to run it again; recorded as lost")
                     return RunOutcome(run.name, self.sweep_dir / run.name, "failed", "lost with its node")
-                options["scheduling_strategy"] = self._affinity(random.choice(others)["NodeID"], soft=False)
+                # a machine up since the sweep began, likelier to stay than one that just joined; soft: when it
+                # is gone too before the run starts, Ray places the run on any other
+                steady = [n for n in others if n["NodeID"] in self._first] or others
+                options["scheduling_strategy"] = self._affinity(random.choice(steady)["NodeID"], soft=True)
             with self._submit:        # a cancel between the check and the submission would miss this task
                 if self._cancelled.is_set():
                     return RunOutcome(run.name, self.sweep_dir / run.name, "aborted", "stopped by Ctrl-C")

@@ -113,6 +113,9 @@ def test_a_node_lost_mid_run_has_its_run_done_again_on_the_other(cluster, tmp_pa
     lost = [r for r in record["runs"] if r["attempts"][0]["status"] == "lost"]
     assert len(lost) == 1 and lost[0]["attempts"][-1]["status"] == "finished"
     assert all(r["attempts"][-1]["status"] == "finished" for r in record["runs"])
+    from pcnlab.experiments.cluster import WORK_ROOT
+
+    assert not list(WORK_ROOT.glob("*")), "the lost node's run folder was not removed by the next run"
 
 
 def test_a_node_on_other_code_is_refused_in_one_line(cluster, tmp_path, monkeypatch):
@@ -175,3 +178,14 @@ def test_a_cluster_without_pcnlab_machines_is_one_line(tmp_path):
         bare.shutdown()
     assert done.returncode == 2, done.stderr
     assert "has no node offering pcnlab" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_status_lists_each_machine_with_its_commit_and_calibration(cluster):
+    import subprocess as sp
+
+    done = _pcnlab("cluster", "status", cluster.address, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    head = sp.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rows = done.stdout.splitlines()[1:]
+    assert len(rows) == len([n for n in cluster.list_all_nodes()]) and all(r.startswith(platform.node()) for r in rows)
+    assert all(head[:12] in r and (" no " in r or " yes " in r) for r in rows), done.stdout
