@@ -34,14 +34,18 @@ def table_name(run_id: str) -> str:
     return TABLE_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", run_id)[-48:]
 
 
-def ruleset(table: str, ports: Iterable[int]) -> str:
-    """The nft script that makes `table`: TCP to `ports` dropped unless addressed to loopback."""
+def ruleset(table: str, ports: Iterable[int], this_machine: bool = False) -> str:
+    """The nft script that makes `table`: TCP to `ports` dropped unless addressed to loopback, or
+    (`this_machine`) unless it comes from this machine itself, to any of its addresses (it arrives on
+    `lo`): a server that connects to itself by the machine's address (Ray) keeps working."""
     listed = ", ".join(str(p) for p in sorted(set(ports)))
+    rules = ([f'    tcp dport {{ {listed} }} iifname != "lo" drop\n'] if this_machine else
+             [f"    tcp dport {{ {listed} }} ip daddr != 127.0.0.0/8 drop\n",
+              f"    tcp dport {{ {listed} }} ip6 daddr != ::1 drop\n"])
     return (f"table inet {table} {{\n"
             f"  chain input {{\n"
             f"    type filter hook input priority -10; policy accept;\n"
-            f"    tcp dport {{ {listed} }} ip daddr != 127.0.0.0/8 drop\n"
-            f"    tcp dport {{ {listed} }} ip6 daddr != ::1 drop\n"
+            + "".join(rules) +
             f"  }}\n"
             f"}}\n")
 
@@ -56,7 +60,7 @@ def why_unguarded() -> str | None:
     return None
 
 
-def guard(table: str, ports: Iterable[int]) -> None:
+def guard(table: str, ports: Iterable[int], this_machine: bool = False) -> None:
     """Make the table (replacing one of the same name); PcnLabError in one line if nft refuses."""
     ports = list(ports)
     if not _TABLE.match(table) or not ports:
@@ -65,7 +69,7 @@ def guard(table: str, ports: Iterable[int]) -> None:
     if why is not None:
         raise PcnLabError(f"cannot close the switches' thrift ports to the network: {why}")
     remove(table)
-    made = subprocess.run(["nft", "-f", "-"], input=ruleset(table, ports), capture_output=True, text=True,
+    made = subprocess.run(["nft", "-f", "-"], input=ruleset(table, ports, this_machine), capture_output=True, text=True,
                           timeout=_NFT_TIMEOUT_S)
     if made.returncode != 0:
         raise PcnLabError(f"nft refused the control-port table {table}: "
