@@ -42,6 +42,14 @@ def process_env(iface: str) -> dict[str, str]:
     return {**os.environ, **workload_env(iface)}
 
 
+def _as_bare(proc: "WorkloadProcess", rc: int) -> int:
+    """A process's exit as bare: `podman run` exits 128 + N when its container's process was killed by
+    signal N (measured: 137 for SIGKILL), where a bare process's Popen says -N."""
+    if proc.container is not None and 128 < rc < 128 + 65:
+        return -(rc - 128)
+    return rc
+
+
 @dataclass
 class WorkloadProcess:
     label: str          # ps0, worker2, sender, receiver
@@ -151,7 +159,7 @@ class ProcessGroup:
             if p.returncode is None and p.popen is not None:
                 rc = p.popen.poll()
                 if rc is not None:
-                    p.returncode, p.ended_ns = rc, time.monotonic_ns()
+                    p.returncode, p.ended_ns = _as_bare(p, rc), time.monotonic_ns()
                     newly.append(p)
         return newly
 
@@ -202,7 +210,7 @@ class ProcessGroup:
                 p.popen.wait()
         for p in self.procs:
             if p.popen is not None and p.returncode is None:
-                p.returncode, p.ended_ns = p.popen.wait(), time.monotonic_ns()
+                p.returncode, p.ended_ns = _as_bare(p, p.popen.wait()), time.monotonic_ns()
         for p in self.procs:  # a `podman run` ended by a signal may leave its container running
             if p.container is not None and p.popen is not None:
                 remove_container(p.container)

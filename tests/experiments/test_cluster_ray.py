@@ -8,6 +8,7 @@ lock serializes the two nodes' networks here, so these tests assert completeness
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
 import subprocess
@@ -100,7 +101,7 @@ def _shape(value):
 def test_a_node_lost_mid_run_has_its_run_done_again_on_the_other(cluster, tmp_path):
     node = cluster.add_node(num_cpus=1, resources={"pcnlab": 1})
     cluster.wait_for_nodes()
-    spec = _spec(tmp_path, periods="[100, 120, 140]", iterations=60, duration=8)
+    spec = _spec(tmp_path, periods="[100, 120, 140]", iterations=50, duration=7)
     sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
                               "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, cwd=ROOT)
@@ -189,3 +190,39 @@ def test_status_lists_each_machine_with_its_commit_and_calibration(cluster):
     rows = done.stdout.splitlines()[1:]
     assert len(rows) == len([n for n in cluster.list_all_nodes()]) and all(r.startswith(platform.node()) for r in rows)
     assert all(head[:12] in r and (" no " in r or " yes " in r) for r in rows), done.stdout
+
+
+def test_a_node_without_root_refuses_in_one_line(tmp_path):
+    """A machine whose Ray runs as a user (here: nobody, joined to a head that offers no pcnlab) cannot
+    start networks: the sweep stops in one line naming it."""
+    import pwd
+    import shutil
+
+    from ray.cluster_utils import Cluster
+
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody on this machine to run a Ray node as")
+    head = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    import tempfile
+
+    temp = Path(tempfile.mkdtemp(prefix="pcnlab-ray-nobody-"))      # in /tmp: the user can reach it
+    shutil.chown(temp, "nobody")
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(temp)}
+    try:
+        joined = subprocess.run([*as_nobody, ray_cli, "start", "--address", head.address, "--num-cpus", "1",
+                                 "--resources", '{"pcnlab": 1}', "--temp-dir", str(temp), "--disable-usage-stats"],
+                                capture_output=True, text=True, timeout=180, env=env)
+        if joined.returncode != 0:
+            pytest.skip(f"a Ray node as nobody did not start here: {joined.stderr.strip().splitlines()[-1:]}")
+        done = _pcnlab("run", str(_spec(tmp_path)), "--cluster", head.address, "--results", str(tmp_path / "r"),
+                       timeout=300)
+    finally:
+        subprocess.run([*as_nobody, ray_cli, "stop"], capture_output=True, timeout=120, env=env)   # nobody's Ray only
+        head.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "runs Ray as a user; runs need root" in done.stderr and done.stderr.count("\n") == 1

@@ -18,7 +18,7 @@ from pcnlab.workloads.images import image_id
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
-ITERATIONS = 40
+ITERATIONS = 20
 SPEC = """
 name: boxed
 topology: {{kind: star, hosts: 5, bw: 20, queue: 60}}
@@ -27,10 +27,10 @@ telemetry: 1
 containers: {image}
 jobs:
   - {{name: train, kind: ps, ps: h1, workers: [h2, h3, h4], model: digits-mlp, iterations: {iterations},
-     eval_every: 20, compute_ms: 100, cc: cubic, ecn: true}}
+     eval_every: 10, compute_ms: 100, cc: cubic, ecn: true}}
 background:
   - {{src: h5, dst: h1, cc: cubic, ecn: true}}
-duration_s: 40
+duration_s: 25
 warmup_s: 2
 sweep:
   containers: [null, {image}]
