@@ -149,8 +149,8 @@ def reference_markdown() -> str:
             ("jobs", "`jobs:` is a list; job N gets the data plane's job id N (1-based). Keys that apply to "
                      "other kinds only are refused, unless the kind is swept or set with --set (then they "
                      "serve the runs they apply to). `workers: 4` takes the first 4 hosts of `pool`. A host "
-                     "cannot be both a job's PS and its worker. In pcn-host runs only generator jobs announce "
-                     "bursts; PyTorch jobs do not. A congestion control this machine's kernel lacks (`dctcp` "
+                     "cannot be both a job's PS and its worker. In pcn-host runs every job announces "
+                     "its bursts (`pcn_start: auto`; a torchrun script through the hook). A congestion control this machine's kernel lacks (`dctcp` "
                      "where it is not built in) is refused when the file is read. `transport: tcp-bbr` is "
                      "`transport: tcp` with `cc: bbr`, so one swept key runs ltp against each TCP variant."),
             ("containers", "`containers: localhost/pcnlab-worker:latest` puts every PyTorch process of the file's "

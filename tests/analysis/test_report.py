@@ -171,6 +171,15 @@ def test_untrusted_runs_are_left_out_and_counted(sweep, capsys):
     assert "untrusted runs are included" in format_report(report)
 
 
+def test_an_untrusted_run_of_a_cluster_names_its_machine(sweep):
+    reason = "s1 took 900 µs to process a packet"
+    make_run(sweep, "pcn", 5, 500.0, fidelity={"trusted": False, "reasons": [reason], "checks": {"node": "lab-3"}},
+             index=11)
+    summary = build_report(run_folders(sweep), "mode=droptail")
+    pcn = next(p for p in summary.points if p.name == "mode=pcn")
+    assert pcn.left_out == [("mode=pcn,rep=5", f"untrusted on lab-3: {reason}")]
+
+
 def test_the_reference_column_is_shown_where_the_experiment_declares_it(tmp_path, sweep):
     plain = format_report(build_report(run_folders(sweep), "mode=droptail"))
     assert "PCN paper" not in plain

@@ -77,7 +77,8 @@ def test_a_sweep_lands_in_the_local_layout_with_the_same_report(cluster, tmp_pat
         run = sweep / point
         assert json.loads((run / "status.json").read_text())["status"] == "finished"
         assert (run / "metrics.json").exists() and (run / "fidelity.json").exists()
-        assert json.loads((run / "versions.json").read_text())["node"]["host"]
+        assert json.loads((run / "versions.json").read_text())["node"]["host"] == platform.node()
+        assert json.loads((run / "fidelity.json").read_text())["checks"]["node"] == platform.node()
     record = json.loads((sweep / "cluster.json").read_text())
     assert [r["run"] for r in record["runs"]] == points
     assert all(r["attempts"][-1]["status"] == "finished" for r in record["runs"])
@@ -136,7 +137,8 @@ def test_a_node_on_other_code_is_refused_in_one_line(cluster, tmp_path, monkeypa
     assert not list((tmp_path / "r").rglob("status.json"))          # no run began
 
 
-def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path, stop):
     spec = _spec(tmp_path, periods="[100, 150]", iterations=200, duration=30)
     sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
                               "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -146,7 +148,7 @@ def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path):
         time.sleep(0.5)
     assert _running_ledgers(), "no run started on the nodes"
     time.sleep(3)
-    sweep.send_signal(signal.SIGINT)
+    sweep.send_signal(stop)
     out, _ = sweep.communicate(timeout=300)
     assert sweep.returncode == 130, out[-3000:]
     deadline = time.monotonic() + 60
