@@ -29,7 +29,7 @@ from pcnlab.calibration import describe, provenance, read_calibration
 from pcnlab.errors import UsageError
 from pcnlab.experiments.calibrate import ensure_calibration
 from pcnlab.experiments.config import load_experiment
-from pcnlab.experiments.provenance import PROJECT_DIR, python_packages, versions
+from pcnlab.experiments.provenance import PROJECT_DIR, versions
 from pcnlab.experiments.runner import ExperimentRunner, prepare_images
 from pcnlab.ledger import is_running, process_start_time
 from pcnlab.toolchain import find_program
@@ -92,7 +92,7 @@ def node_facts() -> dict:
     found = read_calibration()
     return {"host": platform.node(), "commit": git.get("commit"), "dirty": git.get("dirty"),
             "changes": changes_digest(), "p4": p4_digest(),
-            "python": known.get("python"), "packages": python_packages(), "p4c": known.get("p4c"),
+            "python": known.get("python"), "packages": known["packages"], "p4c": known.get("p4c"),
             "bmv2": known.get("bmv2"), "root": os.geteuid() == 0,
             "toolchain": all(find_program(p) for p in ("simple_switch_grpc", "p4c")),
             "calibration": provenance(found.data) if found.state == "ok" else {"state": found.state},

@@ -27,7 +27,7 @@ from pcnlab.analysis.report import summarise_sweep
 from pcnlab.errors import UsageError
 from pcnlab.experiments.cluster import RESOURCE, alive_nodes, connect, lost_errors, node_facts, run_on_node, unpack
 from pcnlab.experiments.config.runs import Experiment, RunConfig
-from pcnlab.experiments.rundir import timestamp
+from pcnlab.experiments.rundir import point_latest, timestamp
 from pcnlab.experiments.runner import RunOutcome
 from pcnlab.files import give_back
 
@@ -190,13 +190,8 @@ class ClusterSweep:
     def _home(self, run: RunConfig, outcome: dict, path: Path, host: str, placement: Placement) -> RunOutcome:
         """A run's folder, unpacked: `latest`, ownership, its outcome and the progress lines."""
         with self._files:
-            latest = self.sweep_dir.parent / "latest"
-            owned = [path, *self._made]
+            owned = [path, *self._made, *point_latest(self.sweep_dir)]
             self._made = []
-            if latest.is_symlink() or not latest.exists():
-                latest.unlink(missing_ok=True)
-                latest.symlink_to(self.stamp)
-                owned.append(latest)
             give_back(*owned)
         placement.attempts.append({"node": host, "status": outcome["status"]})
         status, error = outcome["status"], outcome["error"]

@@ -19,6 +19,17 @@ def timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H-%M-%S")
 
 
+def point_latest(sweep: Path) -> list[Path]:
+    """Point the experiment's `latest` link at this sweep (unless a folder of that name is there); the
+    link, when it was made here, as a list of what the caller made."""
+    latest = sweep.parent / "latest"
+    if latest.is_symlink() or not latest.exists():
+        latest.unlink(missing_ok=True)
+        latest.symlink_to(sweep.name)
+        return [latest]
+    return []
+
+
 @dataclass
 class RunFolder:
     path: Path
@@ -40,12 +51,7 @@ class RunFolder:
         except OSError as exc:
             raise UsageError(f"cannot make the run folder {path} ({exc.strerror}); give --results a folder "
                              "you can write") from None
-        owned = [made[-1]]
-        latest = path.parent.parent / "latest"
-        if latest.is_symlink() or not latest.exists():
-            latest.unlink(missing_ok=True)
-            latest.symlink_to(stamp)
-            owned.append(latest)
+        owned = [made[-1], *point_latest(path.parent)]
         write_status(path, "running", {"started": time.time(), "host": platform.node(), "kernel": platform.release()})
         return cls(path, RunLedger(f"{experiment}-{stamp}-{run}-{os.getpid()}", path), tuple(owned))
 
