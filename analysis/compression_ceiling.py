@@ -36,7 +36,7 @@ import numpy as np
 from pcnlab.errors import UsageError
 from pcnlab.analysis.compression_plots import plot_ceiling
 from pcnlab.analysis.compression_report import figures
-from pcnlab.analysis.measures import json_safe
+from pcnlab.analysis.traffic_stats import json_safe
 from pcnlab.analysis.results import run_folders
 from pcnlab.cmdline import OneLineParser, fraction
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from pcnlab.errors import UsageError
 from pcnlab.analysis.compression_plots import plot_netsense, plot_scaling
-from pcnlab.analysis.measures import json_safe
+from pcnlab.analysis.traffic_stats import json_safe
 from pcnlab.analysis.results import RunData, run_folders
 from pcnlab.cmdline import OneLineParser, fraction, non_negative
 

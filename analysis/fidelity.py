@@ -21,8 +21,8 @@ What is checked (thresholds: the run's `fidelity:` settings, experiments/config/
   the port sent exactly the next N packets back to back, so the rate while backlogged is N x those
   intervals / their total length. Intervals across a lost record of the switch are left out.
 - Each switch's processing lag: egress_us - ingress_us - queue_delay_us of packets that met an empty
-  queue (enq_qdepth 0), p95 at most max_lag_factor x the idle value of the calibration file (else
-  DEFAULT_IDLE_LAG_P95_US).
+  queue (enq_qdepth 0), p95 at most max_lag_factor x the idle value of the calibration file
+  (analysis/processing_lag.py, which also says when the machine's CPU contention caused it).
 - Telemetry records lost per switch (the summary's sequence gaps that never arrived late), at most
   max_telemetry_loss_pct.
 - pcn runs: the controller's lag, from a burst report to the window write it caused (the `arm` event
@@ -42,15 +42,13 @@ import pandas as pd
 from pcnlab.analysis.metrics import stats
 from pcnlab.calibration import load_calibration, provenance
 from pcnlab.analysis.fidelity_limits import FidelityConfig, thresholds
-from pcnlab.analysis.measures import json_safe
+from pcnlab.analysis.traffic_stats import json_safe
 from pcnlab.files import write_json
 from pcnlab.jsonlines import read_json_lines
+from pcnlab.analysis.processing_lag import lag_checks
 from pcnlab.analysis.results import RunData, on_port, rate_timeline
 from pcnlab.rates import rate_mbps
 
-# Idle processing lag p95 when the machine was never calibrated: about what `pcnlab calibrate` measured
-# on the 2-core development machine (88-113 µs at 500 packets/s).
-DEFAULT_IDLE_LAG_P95_US = 100.0
 IDLE_WARNING = 0.05   # a machine idle less than this (p5) gets a warning in fidelity.json
 BACKLOG_DEPTH = 2     # a packet that met at least this many queued ahead of it was paced by the port
 
@@ -91,12 +89,6 @@ def backlogged_rate(port_log: pd.DataFrame, every: int = 1, switch_seqs: np.ndar
     seconds = float(gaps[busy].sum()) / 1e6
     intervals = int(busy.sum())
     return {"pps": intervals * every / seconds if seconds > 0 else None, "seconds": seconds, "intervals": intervals}
-
-
-def processing_lag_us(switch_log: pd.DataFrame) -> np.ndarray:
-    """Time each packet that met an empty queue spent in the switch outside the queue (µs)."""
-    empty = switch_log[switch_log["enq_qdepth"] == 0]
-    return (empty["egress_us"] - empty["ingress_us"] - empty["queue_delay_us"]).to_numpy(dtype=float)
 
 
 def telemetry_loss(summary: dict) -> dict:
@@ -178,7 +170,7 @@ def cpu_figures(cpu: pd.DataFrame, span_ns: tuple[float, float] | None = None) -
         for name, rows in cpu[cpu["role"] == role].groupby("name"):
             out[target][str(name)] = shares(rows["cpu"])
     for name, rows in cpu[cpu["role"] == "bmv2"].groupby("name"):
-        for column in ("top_thread", "wait"):
+        for column in ("top_thread", "wait", "wake_us"):
             values = rows[column].dropna() if column in rows else ()
             out["bmv2"][str(name)][column] = shares(values) if len(values) else None
     if not machine.empty:
@@ -232,7 +224,7 @@ def check_run(run_dir: Path, calibration: dict | None = None, write: bool = True
         checks["ports"] = _port_checks(run, queue, limits, reasons, note)
         if not any(p["bottleneck"] for p in checks["ports"]):
             unmeasured.append(f"rate: no port was backlogged for {limits.min_backlog_s:g} s")
-        checks["lag_us"], checks["idle_lag_p95_us"] = _lag_checks(queue, limits, calibration, reasons, note)
+        checks["lag_us"], checks["idle_lag_p95_us"] = lag_checks(queue, figures, limits, calibration, reasons, note)
     warnings: list[str] = []
     if figures is not None:
         reasons += _cpu_reasons(figures, limits)
@@ -332,26 +324,6 @@ def _port_checks(run: RunData, queue: pd.DataFrame, limits: FidelityConfig, reas
                                f"while backlogged ({got['pps']:.0f} of {rate} packets/s over {got['seconds']:.1f} s)"
                                f"{note(switch)}")
     return ports
-
-
-def _lag_checks(queue: pd.DataFrame, limits: FidelityConfig, calibration: dict | None, reasons: list[str],
-                note) -> tuple[dict, dict]:
-    """Each switch's processing lag against the calibrated idle value."""
-    measured = ((calibration or {}).get("idle_lag_us") or {}).get("p95")
-    idle = measured or DEFAULT_IDLE_LAG_P95_US
-    source = {"value": idle, "source": (calibration or {}).get("path", "calibration") if measured
-              else "default (not calibrated)"}
-    lags = {}
-    for switch, rows in queue.groupby("switch"):
-        lag = stats(processing_lag_us(rows))
-        lag["limit_us"] = limits.max_lag_factor * idle
-        lag["ok"] = lag["n"] == 0 or lag["p95"] <= lag["limit_us"]
-        lags[str(switch)] = lag
-        if not lag["ok"]:
-            reasons.append(f"{switch} took {lag['p95']:.0f} µs to process a packet (p95, packets that met an empty "
-                           f"queue), {lag['p95'] / idle:.0f} x its idle {idle:.0f} µs (at most "
-                           f"{limits.max_lag_factor:g} x){note(str(switch))}")
-    return lags, source
 
 
 def _telemetry_checks(path: Path, limits: FidelityConfig, reasons: list[str]) -> dict:

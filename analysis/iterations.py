@@ -176,7 +176,7 @@ def covering(table: pd.DataFrame, windows: pd.DataFrame, port: tuple[str, int]) 
         inside = w[(w["start_us"] <= r.first_in_us) & (r.first_in_us < w["end_us"])]
         if switch_clock:
             # A window removed at the start's own moment was in force for it: the controller removes an
-            # awaited window (core.py), and an unconfident one, on the very report of that start.
+            # awaited window (scheduler_core.py), and an unconfident one, on the very report of that start.
             inside = inside[(inside["armed_us"] <= r.first_in_us) & ~(inside["removed_us"] < r.first_in_us)]
         else:
             inside = inside[(inside["armed_ns"] <= r.first_in_ns) & ~(inside["removed_ns"] <= r.first_in_ns)]

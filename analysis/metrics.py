@@ -18,7 +18,7 @@ import pandas as pd
 from pcnlab.controller.modes import K_PRE_MODES, WINDOW_MODES
 from pcnlab.controller.segments import iteration_gap_us
 from pcnlab.analysis import iterations as it
-from pcnlab.analysis import measures as m
+from pcnlab.analysis import traffic_stats as m
 from pcnlab.analysis.network_iterations import NETWORK, printed_iterations
 from pcnlab.files import write_json
 from pcnlab.analysis.results import RunData, load_run, on_port

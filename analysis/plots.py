@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from pcnlab.analysis import iterations as it  # noqa: E402
-from pcnlab.analysis import measures as m  # noqa: E402
+from pcnlab.analysis import traffic_stats as m  # noqa: E402
 from pcnlab.analysis.comparison import Report, dig  # noqa: E402
 from pcnlab.analysis.results import RunData, on_port  # noqa: E402
 from pcnlab.controller.modes import K_PRE_MODES, MARKING_MODES  # noqa: E402

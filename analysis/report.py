@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from pcnlab.errors import UsageError
-from pcnlab.analysis import measures as m
+from pcnlab.analysis import traffic_stats as m
 from pcnlab.analysis import reference as references
 from pcnlab.analysis.comparison import HEADLINE, ITERATION_KEY, SCALING, Point, Report, dig
 from pcnlab.files import give_back, write_json

@@ -12,7 +12,7 @@ import tempfile
 
 from pathlib import Path
 
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, PortMode
 from pcnlab.controller.program import P4Program
 from pcnlab.experiments.rundir import RunFolder

@@ -44,7 +44,7 @@ sweep:
 
 
 def _sweep(spec: Path, results: Path, cluster: str | None) -> tuple[float, subprocess.CompletedProcess]:
-    args = [sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)]
+    args = [sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)]
     started = time.monotonic()
     done = subprocess.run(args + (["--cluster", cluster] if cluster else []), capture_output=True, text=True,
                           cwd=ROOT, timeout=1800)
@@ -109,7 +109,7 @@ def lost_nodes(cluster, work: Path, kills: int) -> int:
     spec = work / "kills.yaml"
     spec.write_text(SPEC.format(iterations=60, duration=6, periods="[" + ", ".join(str(100 + 5 * i)
                                                                                     for i in range(12)) + "]"))
-    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
+    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--cluster", cluster.address,
                               "--results", str(work / "kills")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, cwd=ROOT)
     node = cluster.add_node(num_cpus=1, resources={"pcnlab": 1})

@@ -32,7 +32,7 @@ from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK
 from pcnlab.workloads.gradsync import ShardSync, WorkerSync
 from pcnlab.workloads.models import Task, build_model, compute_gradients, evaluate
 from pcnlab.workloads.netsense import LADDER
-from pcnlab.workloads.training import flat, unflatten_into
+from pcnlab.workloads.training_common import flat, unflatten_into
 from pcnlab.cmdline import OneLineParser, count, fraction, positive
 
 

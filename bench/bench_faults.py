@@ -30,22 +30,14 @@ from pathlib import Path
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.ledger import LedgerData, is_running
 from pcnlab.topologies import control_ports
+from pcnlab.topologies.cleanup import container_ident
 from pcnlab.cmdline import OneLineParser, count
 from pcnlab.workloads.containers import DEFAULT_IMAGE, container_exists
 
-SPEC = """
-name: faults
-topology: {kind: dumbbell, left: 3, right: 1, bw: 20, bottleneck_bw: 10, queue: 60}
-mode: {kind: pcn, K: 20, K_pre: 5}
-telemetry: 1
-jobs:
-  - {name: gen, kind: generator, pattern: ps, ps: h4, workers: [h1, h2], burst_bytes: 30000, reply_bytes: 0,
-     period_ms: 300, iterations: 50, burst_gap_us: 20000}
-background:
-  - {src: h3, dst: h4}
-duration_s: 20
-warmup_s: 1
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from small_experiment import small_experiment  # noqa: E402 (tests/: the one owner of the small experiment)
+
+SPEC = small_experiment("faults", "pcn", 50, 20)
 FAULTS = ("switch s1", "switch s2", "collector", "sender", "worker", "interrupt")
 WEIGHTS = (3, 3, 2, 2, 1, 1)
 CONTAINER_SPEC = f"""
@@ -93,7 +85,7 @@ def _apply(fault: str, run: Path, proc: subprocess.Popen) -> bool:
 
 
 def one_run(spec: Path, results: Path, rng: random.Random, faults=FAULTS, weights=WEIGHTS) -> dict:
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     applied: list[str] = []
     run = None
@@ -125,14 +117,14 @@ def one_run(spec: Path, results: Path, rng: random.Random, faults=FAULTS, weight
     if run is None:
         return {**row, "error": "no run folder"}
     if proc.returncode == -signal.SIGKILL:     # nothing of its own removed what it started: a user's clean does
-        cleaned = subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True, text=True,
+        cleaned = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "clean"], capture_output=True, text=True,
                                  timeout=180)
         row["clean"] = cleaned.stdout.strip().splitlines()[:1]
     ledger = LedgerData.from_json((run / "started.json").read_text())
     row["left"] = ([p.what for p in ledger.processes if is_running(p.pid, p.start_time)]
                    + [n.node for n in ledger.namespaces if is_running(n.pid, n.start_time)]
                    + [t for t in ledger.nft_tables if control_ports.exists(t)]
-                   + [c.name for c in ledger.containers if container_exists(c.ident())])
+                   + [c.name for c in ledger.containers if container_exists(container_ident(c))])
     corrupt = []
     for path in [*run.parent.parent.rglob("status.json"), *run.parent.parent.rglob("metrics.json"),
                  *run.parent.parent.rglob("fidelity.json"), *run.parent.parent.rglob("summary.json")]:

@@ -25,9 +25,9 @@ import random
 import time
 from pathlib import Path
 
-from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.predictor_types import BurstReport
 from pcnlab.controller.predictor import PredictorBank
-from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.scheduler_core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner, open_intervals, union_us
 from pcnlab.cmdline import OneLineParser, count
 

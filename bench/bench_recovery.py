@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.program import P4Program
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork

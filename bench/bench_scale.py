@@ -42,7 +42,7 @@ def run_size(leaves: int, spines: int, hosts: int, duration: float, results: Pat
     spec.write_text(SPEC.format(leaves=leaves, spines=spines, hosts=hosts, workers=", ".join(workers),
                                 iterations=int(duration) - 5, duration=duration))
     out = results / spec.stem
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(out)],
                           capture_output=True, text=True, timeout=1800)
     run = next(out.glob("scale/*/run"), None)
     row = {"size": f"{leaves}x{spines}", "switches": leaves + spines, "hosts": total, "workers": len(workers),

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pcnlab.controller.bursts import BurstKey, BurstReport
-from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.predictor_types import BurstKey, BurstReport
+from pcnlab.controller.scheduler_core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner
 from pcnlab.cmdline import OneLineParser, natural, non_negative
 

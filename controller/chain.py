@@ -11,7 +11,7 @@ target's last report to the target's next start, at least a quarter of the targe
 whichever is less (a cause must leave room for a window). A pair predicts the target's next start as
 the cause's start plus the median of its recent lags (made when the cause is reported: a compute time
 of notice). Before any lag is known, a target is awaited from its job's first cause: its window opens
-then and closes when the start comes (core.py), as pcn-host's does when the announced burst arrives.
+then and closes when the start comes (scheduler_core.py), as pcn-host's does when the announced burst arrives.
 
 Which model predicts a key is chosen by what each would have predicted for the key's recent starts:
 the rhythm's forecast (predictor.py) and every pair's, scored by the median of their absolute errors;
@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pcnlab.controller.bursts import BurstKey, BurstReport
+from pcnlab.controller.predictor_types import BurstKey, BurstReport
 
 RHYTHM = "rhythm"
 FIRST = "first"
@@ -72,7 +72,7 @@ class ChainConfig:
                                 # iteration: it met 23-29 packets uncovered on resnet); 0: never
     first_wait_us: int = 1_000_000  # a target with no lag yet is awaited from its job's first cause, at
                                 # most this long: its window opens then and closes when the start comes
-                                # (core.py), as an announcement's does (a PS's first iteration: it met 30-40
+                                # (scheduler_core.py), as an announcement's does (a PS's first iteration: it met 30-40
                                 # packets uncovered on resnet, pcn-host's 3-17); 0: never. A provisional
                                 # forecast's window waits as long after its cause, closing the same way.
 
@@ -291,7 +291,7 @@ class ChainModels:
         """A start at `report.key` is a cause for the other keys of its switch and job: the forecast of
         each target whose chosen model is this cause (or FIRST), when this is the cause's first start
         since the target's last report. A target none of whose pairs has been scored min_errors times
-        yet (unless its rhythm is confident and errs within the forecast's spread: core.py) is forecast
+        yet (unless its rhythm is confident and errs within the forecast's spread: scheduler_core.py) is forecast
         from FIRST, provisionally: its lags are all there is."""
         out = []
         for target in self._others(report.key):
@@ -362,7 +362,7 @@ class ChainModels:
 
     def forget_choice(self, key: BurstKey) -> None:
         """The key's segmenter found its iteration starts among reports that were all taken for starts
-        (core.py): the scores behind its choice were of sub-bursts, and the rhythm predicts it until its
+        (scheduler_core.py): the scores behind its choice were of sub-bursts, and the rhythm predicts it until its
         models are scored again. Its starts and lags stay (replayed on 18 runs of 2026-11-26: also
         replacing its starts with the split's lost a pcn-ring run 28 starts and opened a pcn-predict
         run's windows for 164 s; forgetting its lags too moved one start, either way, in two)."""
@@ -372,7 +372,7 @@ class ChainModels:
             del self._errors[pair]
 
     def drop_end_lags(self, key: BurstKey, below_us: float) -> None:
-        """The key's segmenter found the silence that parts its iterations (core.py): END lags shorter
+        """The key's segmenter found the silence that parts its iterations (scheduler_core.py): END lags shorter
         than it were learned from a flight's end to the next flight, since a start's own silence is
         longer. Such a pair is forgotten, its scores and the choice of it with it (measured, replayed: a
         pcn-back-to-back run with G learned whose split formed at iteration 2, where its rhythm was

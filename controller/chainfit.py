@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pcnlab.controller.bursts import PredictorConfig
+    from pcnlab.controller.predictor_types import PredictorConfig
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction, PredictorConfig
+from pcnlab.controller.predictor_types import BurstKey, BurstReport, Observation, Prediction, PredictorConfig
 from pcnlab.controller.chainfit import ChainFit, fit_chain, fit_fraction, line_fit
 
 

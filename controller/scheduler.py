@@ -3,7 +3,7 @@
 Every digest is logged as a `report` with what it was to the core: an iteration start (first,
 learning, match, missed, spurious, refit, resync, ...) or a `sub-burst` of an iteration under way.
 
-The pure core (core.py: the models of predictor.py and chain.py, the planner of windows.py) decides;
+The pure core (scheduler_core.py: the models of predictor.py and chain.py, the planner of windows.py) decides;
 this module does the I/O around it: it keeps a clock
 map per switch (BMv2's thrift clock read from the host, so timers can be set in the switch's clock),
 writes and removes `predrain_windows` entries, wakes up when a predicted burst is overdue, forgets a
@@ -19,14 +19,14 @@ from dataclasses import replace
 import finsy as fy
 
 from pcnlab.controller.clock import ClockEstimator, ClockSample
-from pcnlab.controller.controller import PcnController
+from pcnlab.controller.sessions import PcnController
 from pcnlab.controller.dataplane import BurstStart
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
+from pcnlab.controller.predictor_types import BurstKey, BurstReport, Prediction
 from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
-from pcnlab.controller.core import WindowScheduler
+from pcnlab.controller.scheduler_core import WindowScheduler
 from pcnlab.controller.segments import LearnedGaps
 from pcnlab.controller.windows import PlannerConfig, Window, WindowChange, WindowPlanner
 

@@ -11,7 +11,7 @@ a period of notice, far more than a P4Runtime write takes); the switch, not the 
 closes it. A window that could not be written before it opens is not written at all, and a port
 without a standing queue above K_pre gets none.
 
-core.py drives the planner from the reports (only those that start an iteration: segments.py).
+scheduler_core.py drives the planner from the reports (only those that start an iteration: segments.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Literal
 
 from pcnlab.controller.dataplane import K_PRE
 from pcnlab.controller.lead import LeadConfig, LeadTracker
-from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
+from pcnlab.controller.predictor_types import BurstKey, BurstReport, Prediction
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class WindowChange:
     op: Literal["arm", "disarm", "skip"]
     window: Window
     # arm: new | extend | replace;  disarm: replaced | stale | unconfident | unneeded | expired | shutdown
-    # | arrived (core.py: a waiting window's start came);  skip: late (it would open before it could be written)
+    # | arrived (scheduler_core.py: a waiting window's start came);  skip: late (it would open before it could be written)
     reason: str
     at_us: int                    # switch time of the decision
     late: bool = False            # armed with less than min_notice_us before it opens (an extension)
@@ -210,7 +210,7 @@ class WindowPlanner:
         return changes
 
     def withdraw(self, window: Window, reason: str, now_us: int) -> WindowChange:
-        """Remove an armed window before its end (core.py: the start a waiting window was for came)."""
+        """Remove an armed window before its end (scheduler_core.py: the start a waiting window was for came)."""
         return self._remove(window, reason, now_us)
 
     def expire(self, switch: str, now_us: int) -> list[WindowChange]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.endpoints import PortQueue
@@ -35,7 +35,8 @@ from pcnlab.errors import PcnLabError, UsageError
 from pcnlab.files import writable
 from pcnlab.calibration import describe, load_calibration, read_calibration, save_calibration, set_aside
 from pcnlab.analysis.fidelity_limits import FidelityConfig
-from pcnlab.analysis.fidelity import backlogged_rate, cpu_figures, processing_lag_us
+from pcnlab.analysis.fidelity import backlogged_rate, cpu_figures
+from pcnlab.analysis.processing_lag import processing_lag_us
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.experiments.sampler import CpuSampler, read_machine
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork

@@ -1,7 +1,7 @@
 """Sweeps on a Ray cluster: one run per machine at a time, each judged by its own machine, every folder home.
 
 Each machine of the cluster is a Ray node that advertises the custom resource `pcnlab: 1` (`pcnlab cluster
-start` / `join`: pcnlab/cluster_cli.py); each run of a sweep is a Ray task that asks for it, so a machine
+start` / `join`: app/cluster_cli.py); each run of a sweep is a Ray task that asks for it, so a machine
 runs one at a time (a verdict needs the whole machine). Ray places, queues and cancels the tasks and
 carries the folders back; what it does not know is written here: what a node must share with the
 submitter (`node_facts`, `differences`), one run on a node (`run_on_node`, a streaming generator: a

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.events import EventLog
 from pcnlab.controller.modes import WINDOW_MODES

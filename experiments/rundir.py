@@ -13,6 +13,7 @@ from pcnlab.files import give_back
 from pcnlab.ledger import RunLedger
 from pcnlab.status import write_status
 from pcnlab.toolchain import require_root
+from pcnlab.topologies.cleanup import close_ledger
 
 
 def timestamp() -> str:
@@ -71,5 +72,5 @@ class RunFolder:
             if getattr(exc_type, "run_complete", False):
                 extra["analysis_failed"] = True   # the run itself completed: `report --recompute` retries
             self._status(reason, extra)
-        self.ledger.close()
+        close_ledger(self.ledger)
         give_back(*self.owned)    # finished, failed or stopped: the whole run folder is the user's

@@ -22,7 +22,7 @@ from pcnlab.experiments.run_controller import start_controller
 from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.experiments.sampler import CpuSampler
-from pcnlab.experiments.schedule import ScheduleRunner
+from pcnlab.experiments.schedule_runner import ScheduleRunner
 from pcnlab.experiments.watch import RunWatch
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
 from pcnlab.workloads.containers import ContainerSpec
@@ -103,7 +103,7 @@ class RunExecution:
                     collectors = self._start_collectors(net, topo)
                     watch.collectors = dict(zip(topo.switches(), collectors))
                 progress = Progress(run.duration_s)
-                schedule = self.schedule = ScheduleRunner(  # changes during the run (experiments/schedule.py)
+                schedule = self.schedule = ScheduleRunner(  # changes during the run (experiments/schedule_runner.py)
                     run.schedule, endpoints=net.endpoints() if bmv2 else (), controller=controller_thread,
                     flows={f.name: f for f in run.background}, workloads=workloads, events=events,
                     duration_s=run.duration_s)

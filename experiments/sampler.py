@@ -18,6 +18,9 @@ cpu.csv, one row per process per interval and one `machine` row per interval:
               pipeline stage is one thread, so this is what saturates first)
     wait      BMv2 rows: the largest share of the interval any of its threads waited, runnable, for a
               CPU (the kernel's run_delay): how starved the switch was
+    wake_us   BMv2 rows: its threads' mean wait for a CPU each time one was made to run, in µs (their
+              run_delay over the times they ran, schedstat's third field): the delay the machine adds
+              to each packet that wakes one, whatever the switch's own load
     idle      machine rows: the share of all cores' time idle (idle + iowait) over the interval
     load1     machine rows: the one-minute load average
     steal     machine rows: the share of all cores' time the hypervisor ran something else over the
@@ -44,7 +47,7 @@ from pathlib import Path
 from pcnlab.ledger import RunLedger
 
 SAMPLE_PERIOD_S = 0.5
-COLUMNS = ("host_ns", "pid", "role", "name", "label", "cpu", "top_thread", "wait", "idle", "load1", "steal", "runnable")
+COLUMNS = ("host_ns", "pid", "role", "name", "label", "cpu", "top_thread", "wait", "wake_us", "idle", "load1", "steal", "runnable")
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 # The ledger's labels, as topologies/bmv2.py, the runner and workloads/processes.py write them.
@@ -85,8 +88,9 @@ def read_ticks(pid: int) -> tuple[int, int] | None:
     return int(fields[19]), int(fields[11]) + int(fields[12])
 
 
-def read_threads(pid: int) -> dict[int, tuple[int, int]]:
-    """Per thread of a process: (ns it ran, ns it waited runnable for a CPU), from /proc/<pid>/task."""
+def read_threads(pid: int) -> dict[int, tuple[int, int, int]]:
+    """Per thread of a process: (ns it ran, ns it waited runnable for a CPU, times it was run), from
+    /proc/<pid>/task/<tid>/schedstat."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -95,11 +99,23 @@ def read_threads(pid: int) -> dict[int, tuple[int, int]]:
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
-                ran, waited, _ = handle.read().split()
+                ran, waited, runs = handle.read().split()
         except (OSError, ValueError):
             continue  # the thread ended meanwhile
-        out[int(tid)] = (int(ran), int(waited))
+        out[int(tid)] = (int(ran), int(waited), int(runs))
     return out
+
+
+def _thread_shares(threads: dict, earlier: dict, seconds: float) -> tuple[float, float, float | str]:
+    """Over an interval: the busiest thread's share of it, the most-delayed thread's share of it spent
+    waiting for a CPU, and the mean wait of all threads each time one was made to run (µs; empty if none
+    ran). A thread not seen before started during the interval: all its time is in it."""
+    deltas = [[now - before for now, before in zip(t, earlier.get(tid, (0, 0, 0)))] for tid, t in threads.items()]
+    if not deltas:
+        return 0.0, 0.0, ""
+    top, wait = max(d[0] for d in deltas), max(d[1] for d in deltas)
+    waited, runs = sum(d[1] for d in deltas), sum(d[2] for d in deltas)
+    return round(top / 1e9 / seconds, 4), round(wait / 1e9 / seconds, 4), round(waited / runs / 1e3, 1) if runs > 0 else ""
 
 
 @dataclass(frozen=True)
@@ -178,28 +194,24 @@ class CpuSampler:
         rows = []
         seconds = (now - self._last_ns) / 1e9 if self._last_ns else 0.0
         seen: dict[tuple[int, int], int] = {}
-        threads_seen: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
+        threads_seen: dict[tuple[int, int], dict[int, tuple[int, int, int]]] = {}
         for proc in self._processes():
             ticks = read_ticks(proc.pid)
             if ticks is None or ticks[0] != proc.start_time:
                 continue  # gone, or its PID now belongs to another process
             key = (proc.pid, proc.start_time)
             seen[key] = ticks[1]
-            top = wait = ""
+            top = wait = wake = ""
             if proc.role == "bmv2":
                 threads = threads_seen[key] = read_threads(proc.pid)
                 earlier = self._last_threads.get(key)
                 if earlier is not None and seconds > 0:
-                    # A thread not seen before started during the interval: all its time is in it.
-                    ran = [t[0] - earlier.get(tid, (0, 0))[0] for tid, t in threads.items()]
-                    waited = [t[1] - earlier.get(tid, (0, 0))[1] for tid, t in threads.items()]
-                    top = round(max(ran, default=0) / 1e9 / seconds, 4)
-                    wait = round(max(waited, default=0) / 1e9 / seconds, 4)
+                    top, wait, wake = _thread_shares(threads, earlier, seconds)
             before = self._last.get(key)
             if before is not None and seconds > 0:
                 share = (ticks[1] - before) / TICKS_PER_S / seconds
-                rows.append((now, proc.pid, proc.role, proc.name, proc.label, round(share, 4), top, wait, "", "", "",
-                             ""))
+                rows.append((now, proc.pid, proc.role, proc.name, proc.label, round(share, 4), top, wait, wake, "", "",
+                             "", ""))
         machine = read_machine()
         if self._last_machine is not None and seconds > 0:
             before = self._last_machine
@@ -207,7 +219,7 @@ class CpuSampler:
             total = d_busy + d_idle
             if total > 0:
                 rows.append((now, "", "machine", "machine", "all cores", round(d_busy / TICKS_PER_S / seconds, 4),
-                             "", "", round(d_idle / total, 4), machine.load1,
+                             "", "", "", round(d_idle / total, 4), machine.load1,
                              round((machine.steal - before.steal) / total, 4), machine.runnable))
         self._last, self._last_machine, self._last_ns = seen, machine, now
         self._last_threads = threads_seen
@@ -226,7 +238,7 @@ class CpuSampler:
                     seconds = (self._last_ns - own_ns) / 1e9
                     rows.append((self._last_ns, "", "sampler", "sampler", "this sampler (a thread of the runner)",
                                  round((own - own_before) / seconds, 4) if seconds > 0 else 0.0, "", "", "", "", "",
-                                 ""))
+                                 "", ""))
                     writer.writerows(rows)
                     handle.flush()
                     self.samples += 1

@@ -1,12 +1,12 @@
 """What a run started, written down as it is started, so a crash can be cleaned up exactly.
 
 Each run keeps a ledger (JSON) in its run folder; an index entry in the state directory points at it
-while the run is live. `pcnlab clean` reads the entries whose owner process is gone and removes what
-they list: processes (identified by PID *and* start time, so a recycled PID is never hit), every
-process in a network namespace the run made (identified by the namespace's inode), and root-namespace
-interfaces (identified by name *and* ifindex), podman containers (by the id podman wrote to the
-run's --cidfile, else by their name, which holds the run's id) and nftables tables (the network's
-control-port guard, by the name the run gave it). Nothing is matched by a name pattern.
+while the run is live. It lists processes (identified by PID *and* start time, so a recycled PID is never
+hit), the network namespaces the run made (identified by the namespace's inode), root-namespace
+interfaces (identified by name *and* ifindex), podman containers (by the id podman wrote to the run's
+--cidfile, else by their name, which holds the run's id) and nftables tables (the network's control-port
+guard, by the name the run gave it). Nothing is matched by a name pattern. Removing what a ledger lists
+(`pcnlab clean`, a run's own end, a network's start after a dead run) is topologies/cleanup.py's.
 """
 
 from __future__ import annotations
@@ -15,15 +15,12 @@ import contextlib
 import fcntl
 import json
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pcnlab.files import write_json
-from pcnlab.status import status_of, write_status
 
 DEFAULT_STATE_DIR = Path(os.environ.get("PCNLAB_STATE_DIR", "/run/pcnlab/runs"))
 
@@ -87,11 +84,6 @@ class ContainerEntry:
 
     name: str
     cidfile: str | None = None  # podman writes the container's id there as it creates it
-
-    def ident(self) -> str:
-        from pcnlab.workloads.containers import container_id
-
-        return (container_id(Path(self.cidfile)) if self.cidfile else None) or self.name
 
 
 @dataclass
@@ -187,42 +179,17 @@ class RunLedger:
         self.data.files.append(str(path))
         self._save()
 
-    def close(self) -> "CleanReport":
-        """The run tore down what it started. Whatever of it is still there (a teardown cut short: an
-        aborted sweep once left two BMv2 switches running) is removed now, exactly as `pcnlab clean`
-        would; then the run no longer needs cleaning."""
-        leftover = clean_ledger(self.data, self.index_entry.parent)  # silent: an error being reported stays one line
+    def unlist(self) -> None:
+        """The run no longer needs cleaning: its index entry goes. A run's own end is
+        topologies/cleanup.py's `close_ledger`, which first removes whatever of it is still there."""
         if self.index_entry.is_symlink() or self.index_entry.exists():
             self.index_entry.unlink()
-        return leftover
 
     def _save(self) -> None:
         write_json(self.path, asdict(self.data))
 
 
-@dataclass
-class CleanReport:
-    run_id: str
-    killed: list[str] = field(default_factory=list)
-    removed_interfaces: list[str] = field(default_factory=list)
-    removed_files: list[str] = field(default_factory=list)
-    removed_containers: list[str] = field(default_factory=list)
-    removed_nft_tables: list[str] = field(default_factory=list)
-    marked_killed: bool = False     # its status.json said running: now killed
-
-    def summary(self) -> str:
-        parts = [f"{len(self.killed)} processes", f"{len(self.removed_interfaces)} interfaces"]
-        if self.removed_containers:
-            parts.append(f"{len(self.removed_containers)} containers")
-        if self.removed_nft_tables:
-            parts.append(f"{len(self.removed_nft_tables)} nftables tables")
-        if self.removed_files:
-            parts.append(f"{len(self.removed_files)} files")
-        marked = "; status.json marked killed" if self.marked_killed else ""
-        return f"run {self.run_id}: removed " + ", ".join(parts) + marked
-
-
-def _index(state_dir: Path) -> list[tuple[Path, LedgerData | None]]:
+def index_entries(state_dir: Path) -> list[tuple[Path, LedgerData | None]]:
     """Every index entry with its ledger (None: the ledger file itself is gone or unreadable)."""
     found: list[tuple[Path, LedgerData | None]] = []
     for entry in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
@@ -235,17 +202,7 @@ def _index(state_dir: Path) -> list[tuple[Path, LedgerData | None]]:
 
 def stale_ledgers(state_dir: Path = DEFAULT_STATE_DIR) -> list[tuple[Path, LedgerData | None]]:
     """Index entries whose owner is gone (None data: the ledger file itself is gone or unreadable)."""
-    return [(entry, data) for entry, data in _index(state_dir) if data is None or not data.owner_alive()]
-
-
-def _namespaces_of_live_runs(state_dir: Path, other_than: str) -> dict[int, int]:
-    """inode -> the latest start time of a namespace with it, in the ledgers of live runs but one."""
-    taken: dict[int, int] = {}
-    for _, live in _index(state_dir):
-        if live is not None and live.run_id != other_than and live.owner_alive():
-            for ns in live.namespaces:
-                taken[ns.inode] = max(taken.get(ns.inode, -1), ns.start_time)
-    return taken
+    return [(entry, data) for entry, data in index_entries(state_dir) if data is None or not data.owner_alive()]
 
 
 @contextlib.contextmanager
@@ -260,85 +217,6 @@ def cleaners_turn(state_dir: Path = DEFAULT_STATE_DIR) -> Iterator[None]:
         yield
 
 
-def clean_ledger(data: LedgerData, state_dir: Path = DEFAULT_STATE_DIR) -> CleanReport:
-    """Remove exactly what the ledger lists, in the order that lets the kernel do the rest; never a
-    namespace a live run (its ledger in `state_dir`) has made since."""
-    with cleaners_turn(state_dir):
-        return _clean_ledger(data, state_dir)
-
-
-def _clean_ledger(data: LedgerData, state_dir: Path) -> CleanReport:
-    report = CleanReport(data.run_id)
-    victims: dict[int, str] = {}
-    for proc in data.processes:
-        if proc.alive():
-            victims[proc.pid] = proc.what
-    # Every process inside one of the run's namespaces belongs to the run (workers, iperf3, ...),
-    # even when the host's shell is already gone. A namespace lives while any process is in it, so
-    # its inode cannot have been reused while such a process exists. Once it is gone the kernel reuses
-    # the inode at once: a namespace that a live run's ledger lists with that inode, made after ours,
-    # is that run's (two runs one after the other: the first one's teardown killed the second one's
-    # collectors and flows, measured) and is left alone.
-    taken = _namespaces_of_live_runs(state_dir, data.run_id)
-    namespaces = {ns.inode: ns for ns in data.namespaces if taken.get(ns.inode, -1) <= ns.start_time}
-    if namespaces:
-        for pid_dir in Path("/proc").iterdir():
-            if not pid_dir.name.isdigit():
-                continue
-            pid = int(pid_dir.name)
-            ns = namespaces.get(netns_inode(pid) or -1)
-            if ns is not None and (process_start_time(pid) or -1) >= ns.start_time:
-                victims.setdefault(pid, f"process in {ns.node}")
-    _terminate(victims, report)
-    if data.containers:  # after the processes: a killed `podman run` leaves its container running
-        _remove_containers(data.containers, report)
-    if data.nft_tables:
-        from pcnlab.topologies.control_ports import remove as remove_table
-
-        report.removed_nft_tables += [t for t in data.nft_tables if remove_table(t)]
-    for intf in data.interfaces:
-        if intf.present():
-            subprocess.run(["ip", "link", "del", intf.name], capture_output=True)
-            if not intf.present():
-                report.removed_interfaces.append(intf.name)
-    for name in data.files:
-        path = Path(name)
-        if path.exists() or path.is_symlink():
-            path.unlink()
-            report.removed_files.append(name)
-    return report
-
-
-def _remove_containers(containers: list[ContainerEntry], report: CleanReport) -> None:
-    from pcnlab.workloads.containers import container_exists, remove
-
-    for entry in containers:
-        ident = entry.ident()
-        try:
-            if container_exists(ident):
-                remove(ident)
-                report.removed_containers.append(entry.name)
-        except (OSError, RuntimeError, subprocess.SubprocessError):
-            pass  # podman gone or stuck: not counted as removed (the summary says what was)
-
-
-def _terminate(victims: dict[int, str], report: CleanReport) -> None:
-    starts = {pid: process_start_time(pid) for pid in victims}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in victims:
-            if starts[pid] is not None and process_start_time(pid) == starts[pid]:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline and any(
-            is_running(pid, starts[pid]) for pid in victims
-        ):
-            time.sleep(0.05)
-    report.killed.extend(f"{what} (pid {pid})" for pid, what in victims.items())
-
-
 def is_running(pid: int, start: int | None) -> bool:
     """The process with this PID and start time exists and has not exited (a zombie has)."""
     if start is None or process_start_time(pid) != start:
@@ -347,22 +225,3 @@ def is_running(pid: int, start: int | None) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def clean_stale(state_dir: Path = DEFAULT_STATE_DIR) -> list[CleanReport]:
-    """Clean every dead run; concurrent cleaners take turns, so each dead run is cleaned once, whole.
-    A dead run still "running" in its status.json is marked "killed", with when it was found."""
-    reports = []
-    with cleaners_turn(state_dir):
-        for entry, data in stale_ledgers(state_dir):
-            if data is not None:
-                reports.append(_clean_ledger(data, state_dir))
-                reports[-1].marked_killed = status_of(data.run_dir) == "running"
-                if reports[-1].marked_killed:
-                    write_status(Path(data.run_dir), "killed", {
-                        "found_dead": time.time(),
-                        "error": f"its process (pid {data.owner_pid}) died before the run ended; found and "
-                                 "cleaned up by pcnlab clean or the next run"})
-            entry.unlink(missing_ok=True)
-    return reports
-

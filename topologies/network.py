@@ -17,7 +17,8 @@ from mininet.nodelib import LinuxBridge
 
 from pcnlab.controller.endpoints import SwitchEndpoint, save_endpoints
 from pcnlab.errors import PcnLabError, UsageError
-from pcnlab.ledger import RunLedger, clean_stale
+from pcnlab.ledger import RunLedger
+from pcnlab.topologies.cleanup import clean_stale
 from pcnlab.topologies import control_ports
 from pcnlab.topologies.bmv2 import Bmv2StartError, Bmv2Switch, free_port
 from pcnlab.rates import FRAME_BYTES

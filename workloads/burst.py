@@ -25,9 +25,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.burst_session import (HELLO, Pacer, Payload, accept_workers, announce_listener, announce_udp,
-                                            join_ps, wait_and_announce)
+from pcnlab.workloads.burst_protocol import (HELLO, Pacer, Payload, accept_workers, announce_listener, announce_udp,
+                                             answer_all, join_ps, ps_iteration, wait_and_announce, worker_iteration)
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, tcp_info
 from pcnlab.workloads.process_config import BurstConfig, as_dict, parse_config
@@ -43,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         check_cc(cfg.cc)
         if cfg.pattern == "ring":
             _ring_worker(cfg, log)
-        elif cfg.transport == "ltp":  # bursts as LTP datagrams, answers over TCP (workloads/ltp/burst.py)
-            from pcnlab.workloads.ltp.burst import ltp_ps, ltp_ps_worker
+        elif cfg.transport == "ltp":  # bursts as LTP datagrams, answers over TCP (workloads/ltp/ltp_burst.py)
+            from pcnlab.workloads.ltp.ltp_burst import ltp_ps, ltp_ps_worker
 
             (ltp_ps if cfg.role == "ps" else ltp_ps_worker)(cfg, log)
         elif cfg.role == "ps":
@@ -74,15 +73,11 @@ def _ps(cfg: BurstConfig, log: JsonLog) -> None:
         for it in range(cfg.iterations):
             got = list(pool.map(lambda r: (*payloads[r].receive(conns[r], it), time.monotonic_ns()), ranks))
             recv_end = max(end for _, _, end in got)
-            send_start = time.monotonic_ns()
-            list(pool.map(lambda r: replies[r].send(conns[r], it, cfg.reply_bytes), ranks))
-            send_end = time.monotonic_ns()
-            log.iteration(Iteration(
-                iter=it, compute_start_ns=recv_end, compute_end_ns=send_start,
-                comm_start_ns=min(first for first, _, _ in got), comm_end_ns=send_end,
-                bytes_sent=cfg.reply_bytes * len(ranks), bytes_recv=sum(size for _, size, _ in got),
-                extra=dict(recv_end_ns=recv_end, send_start_ns=send_start,
-                           first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)}, **host_tcp.delta())))
+            answered = answer_all(pool, conns, replies, it, cfg.reply_bytes)
+            log.iteration(ps_iteration(
+                it, min(first for first, _, _ in got), recv_end, answered, cfg.reply_bytes * len(ranks),
+                sum(size for _, size, _ in got), first_byte_ns={str(r): g[0] for r, g in zip(ranks, got)},
+                **host_tcp.delta()))
     for sock in conns.values():
         sock.close()
 
@@ -102,11 +97,9 @@ def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
         sent_end = time.monotonic_ns()
         _, size = payload.receive(sock, it)
         answered = time.monotonic_ns()
-        log.iteration(Iteration(
-            iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
-            comm_end_ns=answered, bytes_sent=cfg.burst_bytes, bytes_recv=size,
-            extra=dict(send_end_ns=sent_end, planned_start_ns=start, announce_ns=announced, **tcp_info(sock),
-                       **host_tcp.delta())))
+        log.iteration(worker_iteration(
+            it, gap_start, comm_start, answered, cfg.burst_bytes, size, send_end_ns=sent_end, planned_start_ns=start,
+            announce_ns=announced, **tcp_info(sock), **host_tcp.delta()))
     sock.close()
 
 
@@ -146,10 +139,9 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
                 recv_buf.receive(inc, tag)
                 sending.result()
             answered = time.monotonic_ns()
-            log.iteration(Iteration(
-                iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
-                comm_end_ns=answered, bytes_sent=chunk * steps, bytes_recv=chunk * steps,
-                extra=dict(planned_start_ns=start, announce_ns=announced, **tcp_info(out), **host_tcp.delta())))
+            log.iteration(worker_iteration(
+                it, gap_start, comm_start, answered, chunk * steps, chunk * steps, planned_start_ns=start,
+                announce_ns=announced, **tcp_info(out), **host_tcp.delta()))
     out.close()
     inc.close()
 

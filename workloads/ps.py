@@ -26,7 +26,7 @@ from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.process_config import TRANSPORTS, TrainConfig, parse_config
 from pcnlab.workloads.tcpsense import HostTcpCounters
 from pcnlab.workloads.models import Task, build_model, compute_gradients
-from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
+from pcnlab.workloads.training_common import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
                                        offsets, peers, run_main, setup_process, timed_compute, unflatten_into)
 
 
@@ -63,7 +63,7 @@ def _run(cfg: TrainConfig, log) -> None:
     evaluator = cfg.rank == (0 if cfg.servers == 1 else cfg.servers)
     test = Task(cfg.model, cfg.seed, train=False) if evaluator and not is_profile(cfg.model) else None
     if cfg.transport == "ltp":  # gradients as LTP datagrams (workloads/ltp), parameters back over gloo
-        from pcnlab.workloads.ltp import training as ltp
+        from pcnlab.workloads.ltp import ltp_ps as ltp
 
         if cfg.role() == "ps":
             ltp.serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)

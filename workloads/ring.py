@@ -19,7 +19,7 @@ from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.process_config import TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
-from pcnlab.workloads.training import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
+from pcnlab.workloads.training_common import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
                                        peers, run_main, setup_process, timed_compute, unflatten_into)
 
 

@@ -18,14 +18,16 @@ hosts and roles (each distinct topology once per load).
 
 The package, in the order a document goes through it:
 
+    yamlpos.py   the file as a plain tree that remembers where each key and value came from
     schema.py    limits, `Key`, the key table (SECTIONS, TOPOLOGY_PARAMS)
-    runs.py      the typed configs: RunConfig and its sections, Experiment
+    runs.py      the typed configs: RunConfig and its sections (a schedule's Change), Experiment
     convert.py   raw YAML nodes to typed values; the one-line errors
     sweeps.py    dotted keys, --set overrides, the sweep section, run labels
     load.py      load_experiment: overrides, sweep expansion, run names and order
     build.py     one run's document, section by section, and the checks across sections
     timescale.py time_scale: the rates divided and the times multiplied (the key table's `scales` marks)
     jobs.py      jobs and background flows placed on the topology
+    changes.py   the schedule section checked against the topology and the flows (`problems`)
     markdown.py  reference_markdown: docs/yaml-reference.md
 
 Import the public entry points from here; everything else from the module that owns it.

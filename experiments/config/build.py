@@ -18,7 +18,7 @@ from pcnlab.analysis.fidelity_limits import FidelityConfig
 from pcnlab.experiments.config.runs import ModeConfig, SwitchConfig, TelemetryConfig, TopologyConfig, link_limit
 from pcnlab.experiments.config.schema import SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, section_keys
 from pcnlab.experiments.config.timescale import time_scaled
-from pcnlab.experiments.yamlpos import Raw, Where
+from pcnlab.experiments.config.yamlpos import Raw, Where
 from pcnlab.topologies.topos import TOPOLOGIES, make_topology
 from pcnlab.workloads.specs import NAME_RE
 

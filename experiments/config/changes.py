@@ -1,15 +1,15 @@
-"""The `schedule:` list checked against the run's topology, switches and background flows, into
-experiments.schedule.Change entries (what they mean and how they are applied: experiments/schedule.py)."""
+"""The `schedule:` list checked against the run's topology, switches and background flows (`problems`),
+into Change entries (runs.py; how they are applied during a run: experiments/schedule_runner.py)."""
 
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from pcnlab.experiments.config.convert import error, first_where, fmt, list_section, mapped_items, value_of
-from pcnlab.experiments.config.runs import BackgroundFlowConfig, SwitchConfig, TopologyConfig, link_limit
+from pcnlab.experiments.config.runs import BackgroundFlowConfig, Change, SwitchConfig, TopologyConfig, link_limit
 from pcnlab.experiments.config.schema import section_keys
-from pcnlab.experiments.schedule import Change, problems
-from pcnlab.experiments.yamlpos import Raw, Where
+from pcnlab.experiments.config.yamlpos import Raw, Where
 
 
 def _flow_names(name: str, flows: tuple[BackgroundFlowConfig, ...]) -> tuple[str, ...]:
@@ -18,6 +18,54 @@ def _flow_names(name: str, flows: tuple[BackgroundFlowConfig, ...]) -> tuple[str
     if name in names:
         return (name,)
     return tuple(n for n in names if re.fullmatch(re.escape(name) + r"-\d+", n))
+
+
+def problems(changes: Iterable[Change], duration_s: float, bmv2: bool, links: set[frozenset],
+             switches: set[str], flows: set[str]) -> list[tuple[int, str, str]]:
+    """(entry index, key, what is wrong and how to fix it) for every change that cannot be applied:
+    the config turns the first into its one-line error."""
+    out = []
+    started: dict[str, float] = {}
+    stopped: dict[str, float] = {}
+    for i, c in enumerate(changes):
+        if not c.link and c.bw is None and c.loss is None and not c.start and not c.stop:
+            out.append((i, "", "a change needs link and bw or loss, start or stop"))
+        if c.at_s >= duration_s:
+            out.append((i, "at_s", f"{c.at_s:g} s is not before the run ends (duration_s {duration_s:g} s after "
+                                   f"the jobs start); change it earlier or run longer"))
+        if c.link:
+            sw, peer = c.link
+            if c.bw is None and c.loss is None:
+                out.append((i, "bw", "a link change needs bw (Mbit/s), the rate the port drains at from then on, "
+                                      "or loss, the share of DDL data packets it loses"))
+            if not bmv2:
+                why = {"rate": "the rate is the switch's queue rate", "loss": "the loss is its P4 program's"}
+                what = [k for k, v in (("rate", c.bw), ("loss", c.loss)) if v is not None] or ["rate"]
+                out.append((i, "link", f"changing a link's {' and '.join(what)} during a run needs BMv2 switches "
+                                       f"(switch: bmv2): {', '.join(why[k] for k in what)}"))
+            if sw not in switches:
+                out.append((i, "link", f"{sw!r} is not a switch of this topology ({', '.join(sorted(switches))}); "
+                                       f"write link: <switch>-<peer>"))
+            elif frozenset((sw, peer)) not in links:
+                out.append((i, "link", f"{sw} has no link to {peer!r}; write link: <switch>-<peer> for a pair "
+                                       f"the topology links"))
+        else:
+            for key in ("bw", "loss"):
+                if getattr(c, key) is not None:
+                    out.append((i, key, f"{key} needs link: <switch>-<peer>, the port it changes"))
+        for what, names, seen in (("start", c.start, started), ("stop", c.stop, stopped)):
+            for name in names:
+                if name not in flows:
+                    out.append((i, what, f"no background flow is named {name!r} (flows: "
+                                          f"{', '.join(sorted(flows)) or 'none'})"))
+                elif name in seen:
+                    out.append((i, what, f"flow {name!r} is {what}ed twice; a flow starts at most once and "
+                                          f"stops at most once"))
+                seen[name] = c.at_s
+    for name, t in stopped.items():
+        if name in started and started[name] >= t:
+            out.append((0, "stop", f"flow {name!r} stops at {t:g} s, not after it starts at {started[name]:g} s"))
+    return out
 
 
 def schedule(raw: Raw | None, topology: TopologyConfig, switch: SwitchConfig,

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config.schema import SHORTHAND, Key
-from pcnlab.experiments.yamlpos import Raw, Where
+from pcnlab.experiments.config.yamlpos import Raw, Where
 from pcnlab.workloads.specs import NAME_RE
 
 

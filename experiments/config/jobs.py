@@ -18,7 +18,7 @@ from pcnlab.experiments.config.runs import (BackgroundFlowConfig, JobConfig, Mod
                                             link_limit)
 from pcnlab.experiments.config.schema import (CONTAINER_KINDS, JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, TRAIN_KINDS,
                                               section_keys)
-from pcnlab.experiments.yamlpos import Raw, Where
+from pcnlab.experiments.config.yamlpos import Raw, Where
 from pcnlab.workloads.compression_methods import error_feedback_problem
 from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, podman_available
 from pcnlab.workloads.images import image_exists

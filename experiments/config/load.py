@@ -16,7 +16,7 @@ from pcnlab.experiments.config.runs import Experiment, RunConfig
 from pcnlab.experiments.config.schema import MAX_RUNS, section_keys
 from pcnlab.experiments.config.sweeps import (Sweep, apply_override, check_path, check_swept_base, covers, label,
                                               labels, read_sweep, set_path)
-from pcnlab.experiments.yamlpos import load_tree
+from pcnlab.experiments.config.yamlpos import load_tree
 
 
 def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experiment:

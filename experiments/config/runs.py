@@ -15,7 +15,6 @@ from pcnlab.analysis.fidelity_limits import FidelityConfig
 from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, FILE_JOB_KIND, MAX_LINK_MBPS,
                                              MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG, TOPOLOGY_PARAMS, default,
                                              section_keys)
-from pcnlab.experiments.schedule import Change
 from pcnlab.rates import rate_pps
 from pcnlab.topologies.topos import make_topology
 from pcnlab.workloads.catalog import process_model
@@ -197,6 +196,35 @@ class BackgroundFlowConfig:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One entry of `schedule:`, resolved (flow names as the run names them)."""
+
+    at_s: float
+    link: tuple[str, str] | None = None     # (switch, peer): the switch's egress port towards peer
+    bw: float | None = None                 # Mbit/s
+    start: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
+    loss: float | None = None               # share of DDL data packets towards the port lost at random
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Change":
+        link = tuple(data["link"].split("-", 1)) if data.get("link") else None
+        return cls(float(data["at_s"]), link, data.get("bw"), tuple(data.get("start", ())), tuple(data.get("stop", ())),
+                   data.get("loss"))
+
+    def to_dict(self) -> dict:
+        out: dict = {"at_s": self.at_s}
+        if self.link:
+            out["link"] = "-".join(self.link)
+            out.update({k: getattr(self, k) for k in ("bw", "loss") if getattr(self, k) is not None})
+        if self.start:
+            out["start"] = list(self.start)
+        if self.stop:
+            out["stop"] = list(self.stop)
+        return out
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One run: a point of the sweep and one repetition, with every default resolved."""
 
@@ -219,7 +247,7 @@ class RunConfig:
     overrides: tuple[str, ...] = ()        # the --set items applied
     fidelity: FidelityConfig = field(default_factory=FidelityConfig)
     reference: str | None = None           # analysis/reference.py: figures the report shows beside ours
-    schedule: tuple[Change, ...] = ()      # changes during the run (experiments/schedule.py)
+    schedule: tuple[Change, ...] = ()      # changes during the run (experiments/schedule_runner.py)
     time_scale: float = default("", "time_scale")   # every value above is already scaled (config/timescale.py)
 
     def to_dict(self) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 from pcnlab.experiments.config.convert import convert, error, fmt, suggest
 from pcnlab.experiments.config.schema import (LIST_SECTIONS, MAX_RUNS, NOT_SWEPT, SECTIONS, SHORTHAND,
                                               TOPOLOGY_PARAMS, by_name, section_keys)
-from pcnlab.experiments.yamlpos import Raw, Where, parse_scalar
+from pcnlab.experiments.config.yamlpos import Raw, Where, parse_scalar
 
 
 def _valid_paths(tree: Raw, all_topology_params: bool = False) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pcnlab.experiments.config.convert import error, fmt
 from pcnlab.experiments.config.schema import RATE, TIME, TOPOLOGY_PARAMS, Key, by_name, section_keys
-from pcnlab.experiments.yamlpos import Where
+from pcnlab.experiments.config.yamlpos import Where
 
 # The typed sections of build.py's result that hold keys of the table (the rest holds none that scale).
 SECTIONS_SCALED = ("mode", "fidelity", "jobs", "background", "schedule")

@@ -20,8 +20,7 @@ from pcnlab.controller.telemetry import COLUMNS
 from pcnlab.errors import UsageError
 from pcnlab.calibration import capacity_pps, load_calibration, save_calibration
 from pcnlab.experiments.config import load_experiment
-from pcnlab.analysis.fidelity import (backlogged_rate, check_run, controller_lag, processing_lag_us,
-                                         telemetry_loss, verdict_line)
+from pcnlab.analysis.fidelity import backlogged_rate, check_run, controller_lag, telemetry_loss, verdict_line
 from pcnlab.experiments.sampler import CpuSampler, classify
 from pcnlab.ledger import ProcessEntry, RunLedger, process_start_time
 
@@ -78,14 +77,7 @@ def test_an_interval_across_a_lost_record_is_left_out():
     assert backlogged_rate(log)["pps"] == pytest.approx(1999 / 2.0)
 
 
-# --- processing lag, telemetry loss, controller lag ----------------------------------------------------
-
-def test_processing_lag_is_time_outside_the_queue_of_packets_that_met_an_empty_queue():
-    empty = _records(100, gap_us=1000, left=0, enq=0, lag_us=30, delay_us=200)
-    queued = _records(100, gap_us=1000, left=0, enq=7, lag_us=5000, delay_us=900, start_us=200_000, seq0=100)
-    lag = processing_lag_us(_frame(empty + queued))
-    assert lag.size == 100 and set(lag) == {30.0}
-
+# --- telemetry loss, controller lag ----------------------------------------------------
 
 def test_telemetry_loss_does_not_count_records_that_arrived_late():
     from pcnlab.controller.collector import CollectorSummary
@@ -255,6 +247,43 @@ def test_sampler_measures_the_ledgers_processes_and_never_a_recycled_pid(tmp_pat
     assert cost.samples >= 8 and cost.share < 0.02, cost
 
 
+WAKER = """
+import os, time
+os.nice(19)
+while True:
+    time.sleep(0.0005)
+    end = time.perf_counter() + 0.00005
+    while time.perf_counter() < end:
+        pass
+"""
+
+
+def test_the_wait_per_wake_is_what_the_machine_adds_to_a_switch_that_sleeps_between_packets(tmp_path):
+    """A process that wakes every 0.5 ms, pinned to one core, for 2 s alone and then 2 s beside a CPU hog
+    on that core: the sampler's wake_us (its threads' mean wait for a CPU each time they ran) grows."""
+    core = min(os.sched_getaffinity(0))
+    ledger = RunLedger("wake-test", tmp_path / "run", state_dir=tmp_path / "state")
+    waker = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", WAKER])
+    hog = None
+    try:
+        ledger.add_process(waker.pid, "simple_switch_grpc s1")
+        sampler = CpuSampler(ledger, tmp_path / "cpu.csv", period_s=0.25).start()
+        time.sleep(2)
+        beside = time.monotonic_ns()
+        hog = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+        time.sleep(2)
+        sampler.stop()
+    finally:
+        for proc in (waker, hog):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+    cpu = pd.read_csv(tmp_path / "cpu.csv").dropna(subset=["wake_us"])
+    alone, with_hog = cpu[cpu["host_ns"] < beside]["wake_us"], cpu[cpu["host_ns"] > beside + 300_000_000]["wake_us"]
+    assert len(alone) >= 5 and len(with_hog) >= 5 and (alone >= 0).all()
+    assert with_hog.median() > alone.median(), (alone.tolist(), with_hog.tolist())
+
+
 # --- settings and calibration ------------------------------------------------------------------------------
 
 EXPERIMENT = """\
@@ -296,7 +325,7 @@ def test_dry_run_says_once_that_runs_will_not_keep_up_with_the_calibration(tmp_p
     save_calibration({"forward_pps": {"off": 9000.0, "every1": 6000.0}}, calibration_file)
     assert load_calibration(calibration_file)["forward_pps"]["every1"] == 6000.0
     env = dict(os.environ, PCNLAB_CALIBRATION=str(calibration_file))
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(path), "--dry-run"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(path), "--dry-run"], capture_output=True,
                           text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     said = proc.stdout.splitlines()

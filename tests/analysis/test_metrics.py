@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pcnlab.analysis.iterations import ideal_bct_us
-from pcnlab.analysis.measures import (bursts_from_queue_log, burstiness, marks_and_drops, max_backlog, mean_ci95,
+from pcnlab.analysis.traffic_stats import (bursts_from_queue_log, burstiness, marks_and_drops, max_backlog, mean_ci95,
                                         peak_to_mean)
 
 

@@ -15,8 +15,8 @@ import pytest
 import scipy.stats
 import yaml
 
-from pcnlab.cli import main
-from pcnlab.analysis.measures import diff_ci95, mean_ci95
+from pcnlab.app.cli import main
+from pcnlab.analysis.traffic_stats import diff_ci95, mean_ci95
 from pcnlab.analysis.plots import mode_thresholds, plot_sweep
 from pcnlab.analysis.report import build_report, format_report
 from pcnlab.analysis.results import load_run, run_folders
@@ -142,7 +142,7 @@ def test_one_run_point_is_strict_json(tmp_path):
 
 
 def test_a_baseline_that_names_no_point_is_one_line(sweep):
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "report", str(sweep), "--baseline", "mode=ecn"],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "report", str(sweep), "--baseline", "mode=ecn"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

@@ -14,7 +14,7 @@ from pcnlab.analysis.comparison import HEADLINE, TIME_SCALE_POWER
 from pcnlab.analysis.plots import _own_units
 from pcnlab.analysis.report import build_report, format_report, summary
 from pcnlab.analysis.results import load_run, run_folders
-from pcnlab.cli import main
+from pcnlab.app.cli import main
 from pcnlab.errors import UsageError
 
 # One regime's figures in its own units, per repetition.

@@ -62,7 +62,7 @@ def test_whole_files_are_read_as_before(tmp_path):
 def test_pcnlab_export_of_a_damaged_run_is_one_line_and_writes_nothing(tmp_path):
     run = _run(tmp_path, "queue-s1.csv", "garbage,,,\n1,2\n")
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(run), "--parquet", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "export", str(run), "--parquet", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [f"pcnlab: {run / 'queue-s1.csv'}: no column host_ns, switch, seq, port, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pcnlab.controller.bursts import BurstReport
+from pcnlab.controller.predictor_types import BurstReport
 
 T0 = 5_000_000  # switch clock (us) at the first burst: the switch has been up a while
 

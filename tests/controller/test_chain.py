@@ -8,9 +8,9 @@ import random
 from dataclasses import replace
 
 from burst_traces import T0, lattice
-from pcnlab.controller.bursts import BurstKey, BurstReport
+from pcnlab.controller.predictor_types import BurstKey, BurstReport
 from pcnlab.controller.chain import END, FIRST, RHYTHM, ChainConfig, ChainModels, reach
-from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.scheduler_core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, WindowPlanner
 
 PS_PORT, WORKER_PORTS = 1, (2, 3, 4)

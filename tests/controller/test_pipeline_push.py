@@ -8,7 +8,7 @@ import ipaddress
 import finsy as fy
 
 from conftest import needs_bmv2
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.program import P4Program
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology

@@ -10,7 +10,7 @@ import pytest
 
 from burst_traces import T0, feed, lattice, p95, renewal, reports
 from pcnlab.controller.chainfit import fit_chain
-from pcnlab.controller.bursts import BurstKey, BurstReport, PredictorConfig
+from pcnlab.controller.predictor_types import BurstKey, BurstReport, PredictorConfig
 from pcnlab.controller.predictor import BurstPredictor, PredictorBank
 
 P = 100_000  # 100 ms

@@ -1,6 +1,6 @@
 """A switch that crashes or restarts in the middle of a run forwards again within a few hundred ms: the
 network starts a dead BMv2 again (PcnNetwork.revive) and the controller replaces the lost P4Runtime
-session as soon as the switch listens (controller.py `_supervise`), instead of finsy's fixed 10 s
+session as soon as the switch listens (sessions.py `_supervise`), instead of finsy's fixed 10 s
 back-off. Measured here as the longest gap between replies of a 10 ms ping through the switch."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from conftest import needs_bmv2
 from pcnlab.jsonlines import read_json_lines
-from pcnlab.controller.controller import ControllerThread, PcnController, _other_spelling
+from pcnlab.controller.sessions import ControllerThread, PcnController, _other_spelling
 from pcnlab.controller.program import P4Program
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology

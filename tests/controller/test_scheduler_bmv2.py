@@ -13,7 +13,7 @@ import finsy as fy
 import pytest
 
 from conftest import needs_bmv2
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.events import EventLog
 from pcnlab.controller.program import P4Program

@@ -143,8 +143,8 @@ def test_setup_pauses_before_steady_iterations_do_not_become_the_learned_g():
 def test_the_controller_and_the_analysis_learn_one_g_from_the_same_reports():
     from burst_traces import reports
 
-    from pcnlab.controller.bursts import BurstKey
-    from pcnlab.controller.core import WindowScheduler, replay
+    from pcnlab.controller.predictor_types import BurstKey
+    from pcnlab.controller.scheduler_core import WindowScheduler, replay
     from pcnlab.controller.segments import learned_gap_us
 
     rng = random.Random(6)
@@ -249,7 +249,7 @@ def test_a_split_holds_while_an_iteration_lasts_longer_than_the_silence_before_i
 
 
 def test_the_g_written_into_the_switch_is_the_steady_split_bounded_by_every_ports_iteration_silences():
-    from pcnlab.controller.bursts import BurstKey
+    from pcnlab.controller.predictor_types import BurstKey
     from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass
     from pcnlab.controller.segments import GapWriteConfig, LearnedGaps
 
@@ -280,7 +280,7 @@ def test_the_starts_before_a_keys_split_formed_do_not_hold_g_down():
     their silences are forgotten when it forms (measured: pcn-ring, splits formed at iteration 7-9 and
     G was written at iteration 21-35, the switch reporting every flight meanwhile). A start taken after
     the split (a flight in a confident rhythm's slot) still bounds it."""
-    from pcnlab.controller.bursts import BurstKey
+    from pcnlab.controller.predictor_types import BurstKey
     from pcnlab.controller.segments import GapWriteConfig, LearnedGaps
 
     gaps, rank = LearnedGaps(GapWriteConfig(steady=2)), BurstKey("s1", 1, 1)

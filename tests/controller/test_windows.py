@@ -10,8 +10,8 @@ import pytest
 
 from burst_traces import T0, lattice, renewal, reports, with_sub_bursts
 from pcnlab.controller.lead import LeadConfig, LeadTracker, initial_lead_us
-from pcnlab.controller.bursts import BurstKey, BurstReport, Prediction
-from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.predictor_types import BurstKey, BurstReport, Prediction
+from pcnlab.controller.scheduler_core import WindowScheduler, replay
 from pcnlab.controller.windows import PlannerConfig, Window, WindowPlanner, open_intervals, plan_window, union_us
 
 P = 100_000

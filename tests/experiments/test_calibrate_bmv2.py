@@ -18,7 +18,7 @@ from pcnlab.ledger import LedgerData, is_running
 @needs_bmv2
 def test_sigterm_stops_calibrate_and_leaves_nothing(tmp_path):
     out = tmp_path / "calibration.json"
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "calibrate", "--results", str(tmp_path / "results"),
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "calibrate", "--results", str(tmp_path / "results"),
                              "--out", str(out), "--max-workers", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ledger = None
@@ -83,7 +83,7 @@ def test_a_foreign_calibration_is_kept_and_the_machine_measured_before_the_run(t
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY)
     env = dict(os.environ, PCNLAB_CALIBRATION=str(path))
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(tmp_path / "r")],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(tmp_path / "r")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = proc.stdout.splitlines()

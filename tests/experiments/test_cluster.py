@@ -75,7 +75,7 @@ def test_without_ray_the_cluster_option_says_how_to_get_it(tmp_path):
 
     spec = tmp_path / "s.yaml"
     spec.write_text("name: s\ntopology: {kind: star, hosts: 2}\nswitch: bridge\nduration_s: 2\n")
-    blocked = ("import sys; sys.modules['ray'] = None; from pcnlab.cli import main; "
+    blocked = ("import sys; sys.modules['ray'] = None; from pcnlab.app.cli import main; "
                f"sys.exit(main(['run', {str(spec)!r}, '--cluster', '127.0.0.1:6379']))")
     done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2, done.stderr

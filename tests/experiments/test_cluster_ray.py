@@ -61,7 +61,7 @@ def _spec(tmp_path: Path, periods="[100, 150]", iterations=20, duration=4) -> Pa
 
 
 def _pcnlab(*args, cwd=ROOT, env=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pcnlab.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pcnlab.app.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env)
 
 
@@ -103,7 +103,7 @@ def test_a_node_lost_mid_run_has_its_run_done_again_on_the_other(cluster, tmp_pa
     node = cluster.add_node(num_cpus=1, resources={"pcnlab": 1})
     cluster.wait_for_nodes()
     spec = _spec(tmp_path, periods="[100, 120, 140]", iterations=50, duration=7)
-    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
+    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--cluster", cluster.address,
                               "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, cwd=ROOT)
     time.sleep(8)                                # three runs submitted: one on each of the three nodes
@@ -140,7 +140,7 @@ def test_a_node_on_other_code_is_refused_in_one_line(cluster, tmp_path, monkeypa
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path, stop):
     spec = _spec(tmp_path, periods="[100, 150]", iterations=200, duration=30)
-    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--cluster", cluster.address,
+    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--cluster", cluster.address,
                               "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, cwd=ROOT)
     deadline = time.monotonic() + 120

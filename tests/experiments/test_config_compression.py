@@ -10,7 +10,7 @@ import pytest
 
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config import RunConfig, load_experiment
-from pcnlab.experiments.schedule import Change
+from pcnlab.experiments.config.runs import Change
 from pcnlab.workloads import JobSpec
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"

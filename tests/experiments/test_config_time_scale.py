@@ -16,12 +16,11 @@ import yaml
 from config_files import MINIMAL, write_file
 
 from pcnlab.analysis.fidelity_limits import FidelityConfig
-from pcnlab.cli import main
+from pcnlab.app.cli import main
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config import RunConfig, load_experiment
-from pcnlab.experiments.config.runs import BackgroundFlowConfig, JobConfig, ModeConfig
+from pcnlab.experiments.config.runs import BackgroundFlowConfig, Change, JobConfig, ModeConfig
 from pcnlab.experiments.config.schema import KEPT, RATE, SECTIONS, TIME, TOPOLOGY_PARAMS
-from pcnlab.experiments.schedule import Change
 from pcnlab.rates import rate_pps
 
 ROOT = Path(__file__).resolve().parents[2]

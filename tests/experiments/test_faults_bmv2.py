@@ -16,22 +16,11 @@ import pytest
 from conftest import needs_bmv2
 from pcnlab.jsonlines import read_json_lines
 from pcnlab.ledger import LedgerData, is_running
+from small_experiment import small_experiment
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
-SPEC = """
-name: crash
-topology: {kind: dumbbell, left: 3, right: 1, bw: 20, bottleneck_bw: 10, queue: 60}
-mode: {kind: pcn, K: 20, K_pre: 5}
-telemetry: 1
-jobs:
-  - {name: gen, kind: generator, pattern: ps, ps: h4, workers: [h1, h2], burst_bytes: 30000, reply_bytes: 0,
-     period_ms: 300, iterations: 30, burst_gap_us: 20000}
-background:
-  - {src: h3, dst: h4}
-duration_s: 16
-warmup_s: 1
-"""
+SPEC = small_experiment("crash", "pcn", 30, 16)
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -50,7 +39,7 @@ def _run_and_kill(tmp_path, victim) -> tuple[int, str, object]:
     spec = tmp_path / "crash.yaml"
     spec.write_text(SPEC)
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         run = _wait_for(lambda: next((p.parent for p in (results / "crash").glob("*/run/events.jsonl")), None),
@@ -118,13 +107,13 @@ def test_two_runs_started_at_once_take_turns(tmp_path):
     """Two users' `pcnlab run` at the same moment: the second waits for the first network to end (one
     line says so and whose it is), then runs on its own; never two networks sharing switches."""
     spec = tmp_path / "crash.yaml"
-    spec.write_text(SPEC.replace("iterations: 30", "iterations: 10").replace("duration_s: 16", "duration_s: 6"))
+    spec.write_text(small_experiment("crash", "pcn", 10, 6))
     logs = [tmp_path / f"run{i}.log" for i in (1, 2)]   # files, not pipes: the one waiting is not read
     procs = []
     try:
         for i, log in zip((1, 2), logs):
             with open(log, "w") as out:
-                procs.append(subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results",
+                procs.append(subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results",
                                                str(tmp_path / f"results{i}")], stdout=out, stderr=subprocess.STDOUT))
         for p in procs:
             p.wait(timeout=300)

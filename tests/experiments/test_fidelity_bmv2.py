@@ -40,7 +40,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "light.yaml"
     spec.write_text(LIGHT)
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, results / "light"
 
@@ -65,6 +65,7 @@ def test_light_run_is_trusted(tmp_path, machine_calibration):
     assert checks["calibration"]["idle_lag_p95_us"] == machine_calibration["idle_lag_us"]["p95"]
     assert checks["lag_us"]["s1"]["limit_us"] == pytest.approx(5 * machine_calibration["idle_lag_us"]["p95"])
     assert checks["cpu"]["steal"]["n"] > 0 and checks["cpu"]["runnable"]["max"] >= 1
+    assert checks["cpu"]["bmv2"]["s1"]["wake_us"]["n"] > 0 and checks["cpu"]["bmv2"]["s1"]["wake_us"]["p50"] >= 0
     neck = next(p for p in checks["ports"] if (p["switch"], p["port"]) == ("s1", 4))
     assert neck["bottleneck"] and neck["backlogged_s"] > 5 and 0.95 <= neck["share"] <= 1.05
     assert set(checks["cpu"]["bmv2"]) == {"s1", "s2"} and set(checks["lag_us"]) == {"s1", "s2"}
@@ -129,3 +130,5 @@ def test_starved_switch_is_untrusted(tmp_path, machine_calibration):
     # The sampler saw them starved: their threads waited for a CPU a large part of the time.
     assert max(b["wait"]["p95"] for b in checks["cpu"]["bmv2"].values()) > STARVED_WAIT
     assert starved(fidelity)
+    # And the verdict puts a slow switch down to the machine: idle threads that waited for a CPU.
+    assert all(checks["lag_us"][s]["machine"] for s in slow), [checks["lag_us"][s] for s in slow]

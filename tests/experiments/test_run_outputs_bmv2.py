@@ -43,7 +43,7 @@ warmup_s: 1
 
 def _as_sudo_child(*args, **kwargs):
     env = {**os.environ, "SUDO_UID": str(USER), "SUDO_GID": str(USER)}
-    return [sys.executable, "-m", "pcnlab.cli", *args], env
+    return [sys.executable, "-m", "pcnlab.app.cli", *args], env
 
 
 def _owners(root: Path) -> dict[str, tuple[int, int]]:
@@ -91,7 +91,7 @@ def test_a_finished_run_belongs_to_the_invoking_user(finished, base):
     home.mkdir(exist_ok=True)
     os.chown(home, USER, USER)
     as_user = subprocess.run(["setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups",
-                              sys.executable, "-m", "pcnlab.cli", "queues", str(run), "--around-iteration", "2"],
+                              sys.executable, "-m", "pcnlab.app.cli", "queues", str(run), "--around-iteration", "2"],
                              env={**os.environ, "HOME": str(home), "MPLCONFIGDIR": str(home)},
                              capture_output=True, text=True, timeout=120)
     assert as_user.returncode == 0, as_user.stdout + as_user.stderr
@@ -131,7 +131,7 @@ def test_versions_json_names_the_commit_and_the_packages(finished):
 def test_export_writes_the_results_tables_as_parquet(finished, tmp_path):
     results, run = finished
     out = tmp_path / "parquet"
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(results / "owned"), "--parquet",
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "export", str(results / "owned"), "--parquet",
                            str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     queue = pd.read_parquet(out / "queue.parquet")
@@ -144,7 +144,7 @@ def test_export_writes_the_results_tables_as_parquet(finished, tmp_path):
     assert len(events) == len((run / "events.jsonl").read_text().splitlines())
     iterations = pd.read_parquet(out / "iterations.parquet")
     assert set(iterations["role"]) == {"worker", "ps"} and iterations["iter"].max() >= 5
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(results / "owned"), "--parquet",
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "export", str(results / "owned"), "--parquet",
                            "/proc/parquet"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "cannot make /proc/parquet" in proc.stderr
     assert len(pd.read_parquet(out / "flows.parquet")) > 0
@@ -153,7 +153,7 @@ def test_export_writes_the_results_tables_as_parquet(finished, tmp_path):
     assert list(metrics["run"]) == ["run"] and list(metrics["status"]) == ["finished"]
     assert metrics["iterations.count"].iloc[0] == json.loads((run / "metrics.json").read_text())["iterations"]["count"]
 
-    missing = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(tmp_path / "nothing"),
+    missing = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "export", str(tmp_path / "nothing"),
                               "--parquet", str(out)], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "does not exist" in missing.stderr and "Traceback" not in missing.stderr

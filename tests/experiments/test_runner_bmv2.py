@@ -55,7 +55,7 @@ sweep:
 
 
 def pcnlab(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "pcnlab.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pcnlab.app.cli", *args], capture_output=True, text=True,
                           timeout=kwargs.pop("timeout", 300), **kwargs)
 
 
@@ -139,7 +139,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path, stop):
     earlier = results / "tiny" / "2000-01-01T00-00-00" / "mode=ecn"
     earlier.mkdir(parents=True)
     (earlier / "status.json").write_text('{"status": "finished"}')
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "run", str(spec), "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     run_dir = None
@@ -188,7 +188,7 @@ def test_a_failing_analysis_keeps_the_run_and_the_sweep_goes_on(tmp_path, monkey
     assert json.loads((outcomes[0].path / "status.json").read_text())["status"] == "failed"
     # Once the analysis is mended, `report --recompute` reads the run again and it counts.
     monkeypatch.undo()
-    from pcnlab.cli import main
+    from pcnlab.app.cli import main
 
     assert main(["report", str(outcomes[0].path.parent), "--recompute"]) == 0
     status = json.loads((outcomes[0].path / "status.json").read_text())

@@ -27,7 +27,7 @@ RANGES = "[...Bokeh.documents[0].all_models].filter(m => m.name === 'time').map(
 
 
 def _view(run: Path, out: Path) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "view", str(run), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "view", str(run), "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert out.exists() and "view: " in proc.stdout
@@ -112,7 +112,7 @@ def test_an_untrusted_run_says_so_at_the_top(viewed_sweep, tmp_path):
 
 
 def test_a_view_that_cannot_be_written_is_one_line(viewed_sweep):
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "view", str(viewed_sweep / "latest" / "mode=ecn"),
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "view", str(viewed_sweep / "latest" / "mode=ecn"),
                            "--out", "/proc/view.html"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == ["pcnlab: cannot write /proc/view.html (No such file or directory); "

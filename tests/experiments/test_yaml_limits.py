@@ -26,7 +26,7 @@ def _limited():
 
 def cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=TIMEOUT, preexec_fn=_limited)
     return proc, time.monotonic() - started
 
@@ -140,7 +140,7 @@ def test_set_values_are_bounded_too(value, fragment, baseline):
 def test_merge_keys_still_mean_what_yaml_says(tmp_path):
     """Deduplicating merged pairs keeps YAML's meaning: the mapping's own key wins (with its own line),
     then the first mapping merged; keys keep the order they first appear in."""
-    from pcnlab.experiments.yamlpos import load_tree
+    from pcnlab.experiments.config.yamlpos import load_tree
 
     path = tmp_path / "merge.yaml"
     path.write_text("a: &a {x: 1, y: 2}\nb: &b {y: 3, z: 4}\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 from scapy.layers.inet import IP  # noqa: F401 -- rdpcap decodes a frame only as far as the layers loaded
 from scapy.utils import rdpcap
 
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode, read_port_counters
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.endpoints import PortQueue

@@ -43,11 +43,11 @@ def test_the_commands_refuse_bad_numbers_in_one_line_and_leave_earlier_results(t
     sweep.mkdir()
     (sweep / "netsense.md").write_text("an earlier report")
     commands = [
-        ["-m", "pcnlab.cli"],                                          # no command at all
-        ["-m", "pcnlab.cli", "queues", str(sweep), "--margin-ms", "nan"],  # was a traceback
-        ["-m", "pcnlab.cli", "queues", str(sweep), "--rows", "0"],
-        ["-m", "pcnlab.cli", "calibrate", "--seconds", "nan"],           # was a calibration still going at 60 s
-        ["-m", "pcnlab.cli", "slice", "--grpc-base-port", "70000"],      # was a traceback
+        ["-m", "pcnlab.app.cli"],                                          # no command at all
+        ["-m", "pcnlab.app.cli", "queues", str(sweep), "--margin-ms", "nan"],  # was a traceback
+        ["-m", "pcnlab.app.cli", "queues", str(sweep), "--rows", "0"],
+        ["-m", "pcnlab.app.cli", "calibrate", "--seconds", "nan"],           # was a calibration still going at 60 s
+        ["-m", "pcnlab.app.cli", "slice", "--grpc-base-port", "70000"],      # was a traceback
         ["-m", "pcnlab.analysis.compression_report", "netsense", str(sweep), "--target", "7"],  # was a report
         ["-m", "pcnlab.analysis.compression_ceiling", str(sweep), "--bench", "b.json", "--target", "-1"],
         [str(ROOT / "bench" / "bench_compression_efficiency.py"), "--seeds", "-1"],            # was exit 0

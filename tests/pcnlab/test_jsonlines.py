@@ -102,7 +102,7 @@ def test_results_refuse_an_old_format_log_in_one_line(tmp_path):
 
 def test_pcnlab_export_of_an_old_run_is_exit_2_naming_the_file(tmp_path):
     run = _old_run(tmp_path, job_log=False)
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(run), "--parquet", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "export", str(run), "--parquet", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -214,7 +214,7 @@ def test_an_iteration_line_without_a_required_field_is_one_line_naming_the_file_
         load_run(run).iterations
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{log}: iter 1: ") and "without comm_end_ns" in message
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "export", str(run), "--parquet", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "export", str(run), "--parquet", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and str(log) in lines[0] and "comm_end_ns" in lines[0], proc.stderr

@@ -69,7 +69,7 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
         assert any(name.startswith("s1-eth") for name in left)
         sleeper_ns = {n.inode for n in data.namespaces}
 
-        proc = subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "clean"], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 0, proc.stderr
         # "removed ..." -- or nothing, where a run started meanwhile cleaned it first (runs do that).
@@ -84,7 +84,7 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
                 continue  # gone, a zombie (no namespace any more), or not ours to look at
             assert not in_run_ns, f"pid {pid} still runs in one of the run's namespaces"
         assert ifindex("s9-eth1") is not None and ifindex("pcntest1") is not None
-        again = subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True, text=True)
+        again = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "clean"], capture_output=True, text=True)
         assert "nothing to clean" in again.stdout
         # It never finished: whoever cleaned it (this clean, or a run that started meanwhile) marked it
         # killed, with when it was found, and kept what the run had written there.
@@ -96,7 +96,7 @@ def test_clean_after_sigkill_removes_exactly_that_run(tmp_path):
         if child is not None and child.poll() is None:  # a failed assertion must not leave the network (and its lock) behind
             child.kill()
             child.wait()
-            subprocess.run([sys.executable, "-m", "pcnlab.cli", "clean"], capture_output=True)
+            subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "clean"], capture_output=True)
         subprocess.run(["ip", "link", "del", "s9-eth1"], capture_output=True)
 
 
@@ -104,13 +104,14 @@ def test_closing_a_ledger_removes_what_a_cut_short_teardown_left(tmp_path):
     """A run's ledger closed while something it started still runs (its teardown was cut short) kills
     exactly that, and leaves an unrelated process alone."""
     from pcnlab.ledger import RunLedger, process_start_time
+    from pcnlab.topologies.cleanup import close_ledger
 
     ours = subprocess.Popen(["sleep", "60"])
     theirs = subprocess.Popen(["sleep", "60"])
     try:
         ledger = RunLedger("close-test", tmp_path / "run", state_dir=tmp_path / "state")
         ledger.add_process(ours.pid, "a switch the teardown missed")
-        report = ledger.close()
+        report = close_ledger(ledger)
         ours.wait(timeout=5)
         assert report.killed == [f"a switch the teardown missed (pid {ours.pid})"]
         assert is_running(theirs.pid, process_start_time(theirs.pid))
@@ -127,7 +128,8 @@ def test_a_namespace_inode_a_live_run_reused_is_left_alone(tmp_path):
     run (made while the first run's teardown still cleaned): clean must not touch it. Measured before
     the fix: two runs one after the other, the first one's ledger close killed the second one's
     collectors and background flows."""
-    from pcnlab.ledger import NamespaceEntry, RunLedger, clean_ledger, netns_inode
+    from pcnlab.ledger import NamespaceEntry, RunLedger, netns_inode
+    from pcnlab.topologies.cleanup import clean_ledger, close_ledger
 
     state = tmp_path / "state"
     other = subprocess.Popen(["unshare", "--net", "sleep", "60"])   # the live run's host
@@ -142,7 +144,7 @@ def test_a_namespace_inode_a_live_run_reused_is_left_alone(tmp_path):
                           namespaces=[NamespaceEntry("h1", other.pid, 1, inode)])   # made earlier, same inode
         report = clean_ledger(dead, state)
         assert other.poll() is None and not report.killed
-        live.close()                                                    # the live run's own close: its host goes
+        close_ledger(live)                                              # the live run's own close: its host goes
         assert other.wait(timeout=10) is not None
     finally:
         if other.poll() is None:
@@ -158,7 +160,8 @@ def test_a_namespace_being_made_and_not_yet_recorded_is_left_alone(tmp_path):
     run hung in Mininet's teardown."""
     import threading
 
-    from pcnlab.ledger import NamespaceEntry, RunLedger, clean_ledger, netns_inode
+    from pcnlab.ledger import NamespaceEntry, RunLedger, netns_inode
+    from pcnlab.topologies.cleanup import clean_ledger, close_ledger
 
     state = tmp_path / "state"
     live = RunLedger("live", tmp_path / "live", state)
@@ -186,4 +189,4 @@ def test_a_namespace_being_made_and_not_yet_recorded_is_left_alone(tmp_path):
     finally:
         other.kill()
         other.wait()
-        live.close()
+        close_ledger(live)

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 from conftest import needs_bmv2
-from pcnlab.ledger import LedgerData, clean_ledger
+from pcnlab.ledger import LedgerData
+from pcnlab.topologies.cleanup import clean_ledger
 from pcnlab.topologies import control_ports
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import needs_bmv2
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.thrift_runtime import SwitchThrift
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, fair_host_pacing

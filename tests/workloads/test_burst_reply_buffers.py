@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from pcnlab.workloads import burst, burst_session
+from pcnlab.workloads import burst, burst_protocol
 from pcnlab.workloads.process_config import BurstConfig
 from pcnlab.workloads.joblog import JsonLog
 
@@ -21,7 +21,7 @@ def _free_port() -> int:
 
 
 def test_ps_never_shares_a_payload_between_concurrent_sends(tmp_path, monkeypatch):
-    send = burst_session.Payload.send
+    send = burst_protocol.Payload.send
     busy: set[int] = set()
     shared: list[int] = []
     lock = threading.Lock()
@@ -38,7 +38,7 @@ def test_ps_never_shares_a_payload_between_concurrent_sends(tmp_path, monkeypatc
             with lock:
                 busy.discard(id(self))
 
-    monkeypatch.setattr(burst_session.Payload, "send", checked_send)
+    monkeypatch.setattr(burst_protocol.Payload, "send", checked_send)
     port, workers, iterations = _free_port(), 3, 3
     common = dict(workers=workers, port=port, burst_bytes=2000, reply_bytes=100, iterations=iterations,
                   timeout_s=10.0)

@@ -235,7 +235,7 @@ time.sleep(600)
 
 @needs_podman
 def test_clean_removes_a_dead_runs_container(worker_image, netns, tmp_path):
-    from pcnlab.ledger import clean_stale
+    from pcnlab.topologies.cleanup import clean_stale
 
     pid, _ = netns
     name, state = _name(), tmp_path / "state"

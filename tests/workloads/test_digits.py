@@ -14,7 +14,7 @@ from pcnlab.workloads import catalog
 from pcnlab.workloads.process_config import TrainConfig
 from pcnlab.workloads.datasets import DIGITS_CLASSES, digits, digits_split, shard_indices
 from pcnlab.workloads.models import Task, build_model, compute_gradients, evaluate
-from pcnlab.workloads.training import should_evaluate
+from pcnlab.workloads.training_common import should_evaluate
 
 CHANCE = 1 / DIGITS_CLASSES
 

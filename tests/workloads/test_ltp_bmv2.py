@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import needs_bmv2
-from pcnlab.controller.controller import ControllerThread, PcnController
+from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, read_port_counters
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.endpoints import PortQueue

@@ -125,7 +125,7 @@ def network(run, switch: str, topology: str, **params):
     with PcnNetwork(topo, run.path, run.ledger, NetworkOptions(switch=switch)) as net:
         controller = None
         if switch == "bmv2":
-            from pcnlab.controller.controller import ControllerThread, PcnController
+            from pcnlab.controller.sessions import ControllerThread, PcnController
             from pcnlab.controller.program import P4Program
 
             controller = ControllerThread(PcnController(net.endpoints(), P4Program.named())).start()

@@ -1,5 +1,6 @@
-"""Metrics of a run, computed from its files alone (the queue log, the controller's events, the
-workers' logs), so a finished run folder is enough to recompute them.
+"""The measures metrics.py and report.py draw on: a queue log's bursts, marks and drops and burstiness,
+and the statistics of a sweep (finite values, means and differences with 95 % intervals, JSON-safe
+numbers). metrics.py turns a run folder into metrics.json with them; nothing here reads a folder.
 
 The queue log has one row per telemetry record of a port; with sampling 1 in 1 each row is a packet.
 Times in the queue log are the switch's microseconds.

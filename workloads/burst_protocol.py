@@ -1,7 +1,7 @@
-"""What the burst generator's TCP pattern (burst.py) and its LTP transport (ltp/burst.py) share: the
+"""What the burst generator's TCP pattern (burst.py) and its LTP transport (ltp/ltp_burst.py) share: the
 messages (a 16-byte header of iteration and payload length before each payload; the worker's rank as
-its hello), the start handshake between a PS and its workers, and the pacing of each burst with its
-PCN-START announcement one lead ahead."""
+its hello), the start handshake between a PS and its workers, the pacing of each burst with its
+PCN-START announcement one lead ahead, the PS's answers, and the iteration records of a PS and a worker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import random
 import socket
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+from pcnlab.jsonlines import Iteration
 from pcnlab.workloads.announce import announce_socket, default_lead_us, send_announcement, start_listener
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import connect_retry, listen, recv_exact, set_cc, tcp_info
@@ -130,3 +132,32 @@ def join_ps(cfg: BurstConfig) -> socket.socket:
     sock.sendall(HELLO.pack(cfg.rank))
     recv_exact(sock, memoryview(bytearray(HELLO.size)))  # the PS's go, once every worker is connected
     return sock
+
+
+def answer_all(pool: ThreadPoolExecutor, conns: dict[int, socket.socket], replies: dict[int, Payload], it: int,
+               reply_bytes: int) -> tuple[int, int]:
+    """The PS answers every worker at once (one buffer each): (when the answers started, when TCP had them all)."""
+    send_start = time.monotonic_ns()
+    list(pool.map(lambda r: replies[r].send(conns[r], it, reply_bytes), sorted(conns)))
+    return send_start, time.monotonic_ns()
+
+
+def ps_iteration(it: int, comm_start_ns: int, recv_end_ns: int, answered: tuple[int, int], bytes_sent: int,
+                 bytes_recv: int, compute_start_ns: int | None = None, **extra) -> Iteration:
+    """A PS's iteration: its communication from the first byte of any burst (`comm_start_ns`) until the
+    answers were handed to TCP, its compute from the last burst's end (or `compute_start_ns`) until the
+    answers started (`answered`: answer_all's pair); `extra` after recv_end_ns and send_start_ns."""
+    send_start, send_end = answered
+    return Iteration(
+        iter=it, compute_start_ns=recv_end_ns if compute_start_ns is None else compute_start_ns,
+        compute_end_ns=send_start, comm_start_ns=comm_start_ns, comm_end_ns=send_end, bytes_sent=bytes_sent,
+        bytes_recv=bytes_recv, extra=dict(recv_end_ns=recv_end_ns, send_start_ns=send_start, **extra))
+
+
+def worker_iteration(it: int, gap_start_ns: int, comm_start_ns: int, answered_ns: int, bytes_sent: int,
+                     bytes_recv: int, **extra) -> Iteration:
+    """A worker's iteration: its compute gap from the last answer until its burst's first send, its
+    communication from there until its answer's (a ring: its last step's) last byte."""
+    return Iteration(iter=it, compute_start_ns=gap_start_ns, compute_end_ns=comm_start_ns, comm_start_ns=comm_start_ns,
+                     comm_end_ns=answered_ns, bytes_sent=bytes_sent, bytes_recv=bytes_recv, extra=extra)
+

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from pcnlab.controller.bursts import BurstKey, BurstReport, Observation, Prediction
+from pcnlab.controller.predictor_types import BurstKey, BurstReport, Observation, Prediction
 from pcnlab.controller.chain import RHYTHM, ChainForecast, ChainModels, reach
 from pcnlab.controller.predictor import PredictorBank
 from pcnlab.controller.segments import IterationSegmenter

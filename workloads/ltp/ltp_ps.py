@@ -49,7 +49,7 @@ from pcnlab.workloads.ltp.fill import bubble_fill
 from pcnlab.workloads.ltp.receiver import LtpServer
 from pcnlab.workloads.ltp.sender import LtpSender
 from pcnlab.workloads.ltp.wire import Layout, job_tag
-from pcnlab.workloads.training import (digest, flat, held_out_accuracy, offsets, peers, timed_compute,
+from pcnlab.workloads.training_common import (digest, flat, held_out_accuracy, offsets, peers, timed_compute,
                                        unflatten_into)
 
 PARAMS_WINDOW = 64     # chunks of parameters a PS sends a worker before waiting for acknowledgements

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, needs_bmv2, needs_root
 
-PCNLAB = [sys.executable, "-m", "pcnlab.cli"]
+PCNLAB = [sys.executable, "-m", "pcnlab.app.cli"]
 
 
 def run_pcnlab(args, env=None, user=None, cwd=None):

@@ -27,87 +27,10 @@ port had at any moment is read back from those events by the reading side (analy
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Iterable
 
+from pcnlab.experiments.config.runs import Change
 from pcnlab.rates import rate_pps
-
-
-@dataclass(frozen=True)
-class Change:
-    """One entry of `schedule:`, resolved (flow names as the run names them)."""
-
-    at_s: float
-    link: tuple[str, str] | None = None     # (switch, peer): the switch's egress port towards peer
-    bw: float | None = None                 # Mbit/s
-    start: tuple[str, ...] = ()
-    stop: tuple[str, ...] = ()
-    loss: float | None = None               # share of DDL data packets towards the port lost at random
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Change":
-        link = tuple(data["link"].split("-", 1)) if data.get("link") else None
-        return cls(float(data["at_s"]), link, data.get("bw"), tuple(data.get("start", ())), tuple(data.get("stop", ())),
-                   data.get("loss"))
-
-    def to_dict(self) -> dict:
-        out: dict = {"at_s": self.at_s}
-        if self.link:
-            out["link"] = "-".join(self.link)
-            out.update({k: getattr(self, k) for k in ("bw", "loss") if getattr(self, k) is not None})
-        if self.start:
-            out["start"] = list(self.start)
-        if self.stop:
-            out["stop"] = list(self.stop)
-        return out
-
-
-def problems(changes: Iterable[Change], duration_s: float, bmv2: bool, links: set[frozenset],
-             switches: set[str], flows: set[str]) -> list[tuple[int, str, str]]:
-    """(entry index, key, what is wrong and how to fix it) for every change that cannot be applied:
-    the config turns the first into its one-line error."""
-    out = []
-    started: dict[str, float] = {}
-    stopped: dict[str, float] = {}
-    for i, c in enumerate(changes):
-        if not c.link and c.bw is None and c.loss is None and not c.start and not c.stop:
-            out.append((i, "", "a change needs link and bw or loss, start or stop"))
-        if c.at_s >= duration_s:
-            out.append((i, "at_s", f"{c.at_s:g} s is not before the run ends (duration_s {duration_s:g} s after "
-                                   f"the jobs start); change it earlier or run longer"))
-        if c.link:
-            sw, peer = c.link
-            if c.bw is None and c.loss is None:
-                out.append((i, "bw", "a link change needs bw (Mbit/s), the rate the port drains at from then on, "
-                                      "or loss, the share of DDL data packets it loses"))
-            if not bmv2:
-                why = {"rate": "the rate is the switch's queue rate", "loss": "the loss is its P4 program's"}
-                what = [k for k, v in (("rate", c.bw), ("loss", c.loss)) if v is not None] or ["rate"]
-                out.append((i, "link", f"changing a link's {' and '.join(what)} during a run needs BMv2 switches "
-                                       f"(switch: bmv2): {', '.join(why[k] for k in what)}"))
-            if sw not in switches:
-                out.append((i, "link", f"{sw!r} is not a switch of this topology ({', '.join(sorted(switches))}); "
-                                       f"write link: <switch>-<peer>"))
-            elif frozenset((sw, peer)) not in links:
-                out.append((i, "link", f"{sw} has no link to {peer!r}; write link: <switch>-<peer> for a pair "
-                                       f"the topology links"))
-        else:
-            for key in ("bw", "loss"):
-                if getattr(c, key) is not None:
-                    out.append((i, key, f"{key} needs link: <switch>-<peer>, the port it changes"))
-        for what, names, seen in (("start", c.start, started), ("stop", c.stop, stopped)):
-            for name in names:
-                if name not in flows:
-                    out.append((i, what, f"no background flow is named {name!r} (flows: "
-                                          f"{', '.join(sorted(flows)) or 'none'})"))
-                elif name in seen:
-                    out.append((i, what, f"flow {name!r} is {what}ed twice; a flow starts at most once and "
-                                          f"stops at most once"))
-                seen[name] = c.at_s
-    for name, t in stopped.items():
-        if name in started and started[name] >= t:
-            out.append((0, "stop", f"flow {name!r} stops at {t:g} s, not after it starts at {started[name]:g} s"))
-    return out
 
 
 def scheduled_starts(changes: Iterable[Change]) -> set[str]:

@@ -13,7 +13,7 @@ LINE = re.compile(r"^(OK|MISSING|NOTE)\s+[\w ./-]+: .+$")
 
 
 def doctor(*, user=None, env=None):
-    cmd = [sys.executable, "-m", "pcnlab.cli", "doctor"]
+    cmd = [sys.executable, "-m", "pcnlab.app.cli", "doctor"]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from pcnlab.cmdline import OneLineParser, count, natural, non_negative, positive, tcp_port
-from pcnlab.cluster_cli import add_parser as add_cluster_parser
+from pcnlab.app.cluster_cli import add_parser as add_cluster_parser
 from pcnlab.errors import PcnLabError, UsageError
 
 
@@ -24,13 +24,14 @@ def _stop_on_sigterm() -> None:
 
 
 def _cmd_doctor(args) -> int:
-    from pcnlab.doctor import doctor
+    from pcnlab.app.doctor import doctor
 
     return doctor()
 
 
 def _cmd_clean(args) -> int:
-    from pcnlab.ledger import DEFAULT_STATE_DIR, clean_stale
+    from pcnlab.ledger import DEFAULT_STATE_DIR
+    from pcnlab.topologies.cleanup import clean_stale
     from pcnlab.toolchain import require_root
 
     require_root("cleaning up network namespaces and interfaces")
@@ -73,7 +74,7 @@ def _cmd_slice(args) -> int:
 
 
 def _cmd_controller(args) -> int:
-    from pcnlab.standalone_controller import run_standalone
+    from pcnlab.app.standalone_controller import run_standalone
 
     run_standalone(Path(args.topology), args.mode, args.k, args.k_pre, Path(args.events) if args.events else None)
     return 0

@@ -2,9 +2,9 @@
 goes to the PS as LTP datagrams (one float32 "tensor" of zeros, burst_bytes / 4 elements, rounded
 up), the PS closes each iteration as the PyTorch PS does (Early Close, deadline) and answers every
 worker with reply_bytes over its TCP connection, as the TCP generator does. The start (every worker
-connects and says its rank, then all go together), the pacing and PCN-START are burst.py's.
+connects and says its rank, then all go together), the pacing and PCN-START are burst_protocol.py's.
 
-The LTP fields of the logs are training.py's (receiver and sender statistics per iteration).
+The LTP fields of the logs are ltp_ps.py's (receiver and sender statistics per iteration).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.burst_session import Pacer, Payload, accept_workers, announce_udp, join_ps, wait_and_announce
+from pcnlab.workloads.burst_protocol import (Pacer, Payload, accept_workers, announce_udp, answer_all, join_ps,
+                                             ps_iteration, wait_and_announce, worker_iteration)
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.ltp.earlyclose import EarlyClose, hard_deadline_s
 from pcnlab.workloads.ltp.receiver import LtpServer
@@ -51,15 +51,12 @@ def ltp_ps(cfg: BurstConfig, log: JsonLog) -> None:
                 closed = server.wait(it, cfg.timeout_s)
                 stats = closed.stats
                 server.release(it)
-                send_start = time.monotonic_ns()
-                list(pool.map(lambda r: replies[r].send(conns[r], it, cfg.reply_bytes), ranks))
-                send_end = time.monotonic_ns()
+                answered = answer_all(pool, conns, replies, it, cfg.reply_bytes)
                 extra = {**stats}
-                log.iteration(Iteration(
-                    iter=it, compute_start_ns=send_start, compute_end_ns=send_start,
-                    comm_start_ns=stats["ltp_first_ns"] or comm_start, comm_end_ns=send_end,
-                    bytes_sent=cfg.reply_bytes * len(ranks), bytes_recv=extra.pop("bytes_recv"),
-                    extra=dict(recv_end_ns=stats["ltp_close_ns"], send_start_ns=send_start, transport="ltp", **extra)))
+                log.iteration(ps_iteration(
+                    it, stats["ltp_first_ns"] or comm_start, stats["ltp_close_ns"], answered,
+                    cfg.reply_bytes * len(ranks), extra.pop("bytes_recv"), compute_start_ns=answered[0],
+                    transport="ltp", **extra))
     finally:
         server.stop()
     log.write("ltp_counters", **server.counters())
@@ -86,11 +83,9 @@ def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
             sent_end = time.monotonic_ns()
             _, size = answer.receive(sock, it)
             answered = time.monotonic_ns()
-            log.iteration(Iteration(
-                iter=it, compute_start_ns=gap_start, compute_end_ns=comm_start, comm_start_ns=comm_start,
-                comm_end_ns=answered, bytes_sent=result.bytes_sent, bytes_recv=size,
-                extra=dict(send_end_ns=sent_end, planned_start_ns=start, announce_ns=announced, transport="ltp",
-                           **result.log_fields())))
+            log.iteration(worker_iteration(
+                it, gap_start, comm_start, answered, result.bytes_sent, size, send_end_ns=sent_end,
+                planned_start_ns=start, announce_ns=announced, transport="ltp", **result.log_fields()))
     finally:
         sender.close()
         sock.close()

@@ -1,4 +1,4 @@
-"""`pcnlab cluster` (pcnlab/cluster_cli.py): the ports a loopback head takes, and the fence around them,
+"""`pcnlab cluster` (app/cluster_cli.py): the ports a loopback head takes, and the fence around them,
 tested for real from another network namespace (as another machine would reach this one): closed from
 there, open from this machine itself at any of its addresses, which Ray needs (it connects to itself by
 the machine's address). Ray itself is not started here: tests/experiments/test_cluster_ray.py runs clusters."""
@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from conftest import needs_root
-from pcnlab.cluster_cli import WORKER_PORTS, fence_table, ray_ports
+from pcnlab.app.cluster_cli import WORKER_PORTS, fence_table, ray_ports
 from pcnlab.topologies import control_ports
 
 

@@ -1,12 +1,12 @@
-"""The scheduler core (core.py): what it does when the segmenter's split first forms."""
+"""The scheduler core (scheduler_core.py): what it does when the segmenter's split first forms."""
 
 from __future__ import annotations
 
 import random
 
 from burst_traces import T0, lattice
-from pcnlab.controller.bursts import BurstKey, BurstReport
-from pcnlab.controller.core import WindowScheduler, replay
+from pcnlab.controller.predictor_types import BurstKey, BurstReport
+from pcnlab.controller.scheduler_core import WindowScheduler, replay
 
 WRITE_US = 5_000
 

@@ -17,7 +17,7 @@ def test_standalone_controller_takes_over_running_switches(run_folder):
     with PcnNetwork(topo, run_folder.path, run_folder.ledger, NetworkOptions(switch="bmv2")) as net:
         h1, h2 = net.host("h1"), net.host("h2")
         assert " 0% packet loss" not in h1.cmd(f"ping -c1 -W1 {h2.IP()}")  # no program yet
-        proc = subprocess.Popen([sys.executable, "-m", "pcnlab.cli", "controller", "--topology",
+        proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "controller", "--topology",
                                  str(run_folder.path), "--mode", "ecn"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         run_folder.ledger.add_process(proc.pid, "pcnlab controller")
