@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pcnlab.analysis import reference as references
+from pcnlab.analysis import traffic_stats as m
 from pcnlab.analysis.results import RunData
 
 HEADLINE = (  # (metrics.json key path, title, format)
@@ -34,6 +35,7 @@ HEADLINE = (  # (metrics.json key path, title, format)
     ("controller.iteration_coverage_after_learning", "coverage after 5 iterations", "{:.0%}"),
     ("controller.window_open_share", "window-open share", "{:.1%}"),
     ("controller.k_pre_held_share", "K_pre held share", "{:.1%}"),
+    ("interference.overlap_fraction", "communication overlapped by another job", "{:.1%}"),
 )
 # Scaling factor ("Is Network the Bottleneck for Distributed Training?"): throughput with N workers over
 # N times one worker's, i.e. T_1 / T_N of iteration times; shown where a sweep has a 1-worker point.
@@ -48,6 +50,23 @@ TIME_SCALE_POWER = {
     **dict.fromkeys(("iterations.ddl_mbps.mean", "throughput_mbps.background",
                      "throughput_mbps.background_during_iterations", "training.iterations_per_s"), -1),
 }
+
+
+def cell(values, baseline=None) -> dict:
+    """n, mean and ci95 (the half-width of the mean's 95 % interval) of `values`; with `baseline`
+    values: delta (difference of means), delta_pct (in % of the baseline's mean) and delta_ci95
+    ([low, high], Welch). NaN where a figure does not exist (e.g. ci95 of one run)."""
+    data = m.finite(values)
+    mean, half = m.mean_ci95(data)
+    out = {"n": int(data.size), "mean": mean, "ci95": half}
+    if baseline is not None:
+        base = m.finite(baseline)
+        base_mean = float(base.mean()) if base.size else math.nan
+        delta = mean - base_mean
+        out["delta"] = delta
+        out["delta_pct"] = delta / base_mean * 100 if base_mean else math.nan
+        out["delta_ci95"] = list(m.diff_ci95(data, base))
+    return out
 
 
 def dig(data: dict, dotted: str):
@@ -98,3 +117,4 @@ class Report:
     include_untrusted: bool = False
     notes: list[str] = field(default_factory=list)   # runs whose iteration count disagrees with the workers'
     time_scales: list[float] = field(default_factory=list)   # the runs' (experiments/config/timescale.py)
+    interference: list[dict] = field(default_factory=list)   # per shared point and job (interference_report.py)

@@ -19,6 +19,7 @@ from pcnlab.controller.modes import K_PRE_MODES, WINDOW_MODES
 from pcnlab.controller.segments import iteration_gap_us
 from pcnlab.analysis import iterations as it
 from pcnlab.analysis import traffic_stats as m
+from pcnlab.analysis.interference import interference_metrics
 from pcnlab.analysis.network_iterations import NETWORK, printed_iterations
 from pcnlab.files import write_json
 from pcnlab.analysis.results import RunData, load_run, on_port
@@ -269,6 +270,9 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         out["burstiness"] = m.burstiness(queue[queue["data"]])
         summaries = [json.loads(p.read_text()) for p in run.path.glob("queue-s*.summary.json")]
         out["telemetry"] = {"records": sum(s["records"] for s in summaries), "lost": sum(s["lost"] for s in summaries)}
+    if len(run.jobs) > 1 or config.get("alone"):
+        workers = run.iterations[run.iterations["role"] == "worker"] if not run.iterations.empty else run.iterations
+        out["interference"] = interference_metrics(table, run.jobs, workers, neck)
     out["training"] = training_metrics(run)
     out["job_iterations"] = job_iterations(run)
     out["controller"] = controller_metrics(run, table, neck)

@@ -18,7 +18,7 @@ from pcnlab.analysis import iterations as it  # noqa: E402
 from pcnlab.analysis import traffic_stats as m  # noqa: E402
 from pcnlab.analysis.comparison import Report, dig  # noqa: E402
 from pcnlab.analysis.results import RunData, on_port  # noqa: E402
-from pcnlab.controller.modes import K_PRE_MODES, MARKING_MODES  # noqa: E402
+from pcnlab.controller.modes import ANNOUNCE_MODES, K_PRE_MODES, MARKING_MODES  # noqa: E402
 
 CLASS_COLOURS = {"ddl": "tab:blue", "background": "tab:gray"}
 CLASS_NAMES = {"ddl": "DDL", "background": "background"}
@@ -130,7 +130,7 @@ def plot_run_queue(run: RunData, port: tuple[str, int] | None = None, path: Path
     at_neck = (neck.get("switch"), neck.get("port")) == port
     iterations = run.iteration_table if at_neck else pd.DataFrame()
     # pcn: the windows the controller wrote; pcn-host: when the switch held K_pre for an announcement.
-    held = it.window_intervals(run.events) if run.mode != "pcn-host" else it.flagged_windows(run.queue, port)
+    held = it.flagged_windows(run.queue, port) if run.mode in ANNOUNCE_MODES else it.window_intervals(run.events)
     windows = held.to_dict("records")
     path = path or run.path / f"queue-{port[0]}-p{port[1]}.png"
     return plot_queue(path, run.queue, port, iterations, windows, span_us=span_us,

@@ -19,7 +19,8 @@ from pathlib import Path
 from pcnlab.errors import UsageError
 from pcnlab.analysis import traffic_stats as m
 from pcnlab.analysis import reference as references
-from pcnlab.analysis.comparison import HEADLINE, ITERATION_KEY, SCALING, Point, Report, dig
+from pcnlab.analysis.comparison import HEADLINE, ITERATION_KEY, SCALING, Point, Report, cell, dig
+from pcnlab.analysis.interference_report import interference_rows
 from pcnlab.files import give_back, write_json
 from pcnlab.analysis.results import RunData, run_folders
 from pcnlab.status import is_run_folder, status_of
@@ -68,23 +69,6 @@ def _add_scaling(points: list[Point]) -> None:
         point.scaling = [t1 / tn if tn else None for tn in point.values(ITERATION_KEY)]
 
 
-def cell(values, baseline=None) -> dict:
-    """n, mean and ci95 (the half-width of the mean's 95 % interval) of `values`; with `baseline`
-    values: delta (difference of means), delta_pct (in % of the baseline's mean) and delta_ci95
-    ([low, high], Welch). NaN where a figure does not exist (e.g. ci95 of one run)."""
-    data = m.finite(values)
-    mean, half = m.mean_ci95(data)
-    out = {"n": int(data.size), "mean": mean, "ci95": half}
-    if baseline is not None:
-        base = m.finite(baseline)
-        base_mean = float(base.mean()) if base.size else math.nan
-        delta = mean - base_mean
-        out["delta"] = delta
-        out["delta_pct"] = delta / base_mean * 100 if base_mean else math.nan
-        out["delta_ci95"] = list(m.diff_ci95(data, base))
-    return out
-
-
 def build_report(paths: list[Path], baseline: str | None = None, include_untrusted: bool = False) -> Report:
     points = collect_points(paths, include_untrusted)
     names = [p.name for p in points]
@@ -109,7 +93,7 @@ def build_report(paths: list[Path], baseline: str | None = None, include_untrust
     notes = [f"{r.name}: {dig(r.metrics, 'iterations.note') or 'iteration count differs from the workers'}"
              for r in runs if dig(r.metrics, "iterations.consistent") is False]
     return Report(points, rows, cells, baseline, references.get(sorted(declared)[0]) if declared else None,
-                  include_untrusted, notes, sorted({r.time_scale for r in runs}))
+                  include_untrusted, notes, sorted({r.time_scale for r in runs}), interference_rows(points))
 
 
 # --- text ---------------------------------------------------------------------------------------------
@@ -198,18 +182,50 @@ def footnotes(report: Report) -> list[str]:
     return out
 
 
+def interference_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The interference section as a table: one row per (shared point, job); a slowdown is shared over
+    alone, with the 95 % interval of the difference shared - alone (Welch)."""
+    titles = ["job", "point", "iteration shared", "alone", "slowdown", "Δ 95 % interval", "communication shared",
+              "alone", "slowdown", "Δ 95 % interval", "overlapped", "stretch (ms)", "ideal iteration"]
+    lines = []
+    for row in report.interference:
+        line = [row["job"], row["point"]]
+        for key in ("iteration_ms", "comm_ms"):
+            shared, alone = row[key], row[f"alone_{key}"]
+            ratio = row[f"{key}_slowdown"]
+            line += [_mean_text(shared, "{:.1f}"), _mean_text(alone, "{:.1f}"),
+                     f"{ratio:.3f}" if math.isfinite(ratio) else "-", _interval_text(shared, "{:.1f}")]
+        line += [_mean_text(row["overlap_fraction"], "{:.1%}"), _mean_text(row["stretch_ms"], "{:.1f}"),
+                 _mean_text(row["ideal_iteration_ms"], "{:.1f}")]
+        lines.append(line)
+    return titles, lines
+
+
+def _table_text(titles: list[str], lines: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        return ["| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)] + \
+            ["| " + " | ".join(line) + " |" for line in lines]
+    widths = [max(len(t), *(len(line[i]) for line in lines)) if lines else len(t) for i, t in enumerate(titles)]
+    return ["  ".join(t.ljust(w) for t, w in zip(titles, widths)).rstrip()] + \
+        ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+
+
+INTERFERENCE_HEAD = ("Interference at the shared port: each job shared against the same job alone (times in ms; "
+                     "slowdown: shared / alone; ideal: shared minus what overlap added to its communication; "
+                     "-: no run alone, or no iteration free of overlap)")
+
+
 def format_report(report: Report, markdown: bool = False) -> str:
     titles, lines = table_rows(report)
     head = ("95 % intervals over repetitions (Student's t)"
             + (f"; Δ against {report.baseline}, its interval by Welch's t" if report.baseline else ""))
     notes = footnotes(report)
+    out = [head] + ([""] if markdown else []) + _table_text(titles, lines, markdown)
+    if report.interference:
+        out += ["", INTERFERENCE_HEAD] + ([""] if markdown else []) + \
+            _table_text(*interference_table(report), markdown)
     if markdown:
-        out = [head, "", "| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)]
-        out += ["| " + " | ".join(line) + " |" for line in lines]
         return "\n".join(out + ([""] + [f"- {n}" for n in notes] if notes else []))
-    widths = [max(len(t), *(len(line[i]) for line in lines)) if lines else len(t) for i, t in enumerate(titles)]
-    out = [head, "  ".join(t.ljust(w) for t, w in zip(titles, widths)).rstrip()]
-    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
     return "\n".join(out + notes)
 
 
@@ -232,6 +248,7 @@ def summary(report: Report) -> dict:
                    for p in report.points},
         "notes": report.notes,
         "time_scales": report.time_scales,
+        "interference": report.interference,
     })
 
 

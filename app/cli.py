@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pcnlab.cmdline import OneLineParser, count, natural, non_negative, positive, tcp_port
 from pcnlab.app.cluster_cli import add_parser as add_cluster_parser
+from pcnlab.app.standalone_controller import SLICE_MODE
+from pcnlab.controller.modes import K, K_PRE, MODES
 from pcnlab.errors import PcnLabError, UsageError
 
 
@@ -310,9 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("controller", help="run the controller alone against running switches")
     p.add_argument("--topology", required=True, help="the folder of a running network: a run in progress "
                    "(its config.yaml gives classes, burst detection, telemetry) or a slice (its endpoints.json)")
-    p.add_argument("--mode", help="droptail, ecn, pcn, pcn-host (default: the run's; ecn for a slice)")
-    p.add_argument("--k", type=natural, help="ECN threshold K, packets (default: the run's; 40 for a slice)")
-    p.add_argument("--k-pre", type=natural, help="PCN threshold K_pre, packets (default: the run's; 10 for a slice)")
+    p.add_argument("--mode", help=f"{', '.join(MODES)} (default: the run's; {SLICE_MODE} for a slice)")
+    p.add_argument("--k", type=natural, help=f"ECN threshold K, packets (default: the run's; {K} for a slice)")
+    p.add_argument("--k-pre", type=natural, help=f"PCN threshold K_pre, packets (default: the run's; {K_PRE} for a "
+                   "slice)")
     p.add_argument("--events", help="event log path (default: in the run folder)")
     p.set_defaults(func=_cmd_controller)
     return parser

@@ -21,6 +21,7 @@ from pcnlab.controller.endpoints import load_endpoints
 from pcnlab.errors import UsageError
 
 TAKEOVER_ELECTION_ID = 100
+SLICE_MODE = "ecn"   # a slice's ports, unless --mode says (with the data plane's default K and K_pre)
 
 
 def endpoints_file(topology: Path) -> Path:
@@ -65,9 +66,10 @@ def run_standalone(topology: Path, mode: str | None, k: int | None, k_pre: int |
         thread, _ = start_controller(run, topo, endpoints, events, election_id=TAKEOVER_ELECTION_ID)
         what = f"run {run.name} in mode {run.mode.kind}"
     else:
-        thread, _ = start_slice_controller(endpoints, mode or "ecn", k or 40, k_pre or 10, events,
+        given = {name: value for name, value in (("k", k), ("k_pre", k_pre)) if value is not None}
+        thread, _ = start_slice_controller(endpoints, mode or SLICE_MODE, events, **given,
                                            election_id=TAKEOVER_ELECTION_ID)
-        what = f"mode {mode or 'ecn'}"
+        what = f"mode {mode or SLICE_MODE}"
     try:
         say(f"driving {', '.join(ep.name for ep in endpoints)} ({what}); events in {events.path}; Ctrl-C to stop")
         stop.wait()

@@ -9,7 +9,7 @@ to round, so drift and position hit all alike; the ratio to plain is taken withi
 minute of the machine), and the table gives each variant's median with its spread (min-max, and the
 spread as a share of the median) and the ratios' median with their min-max. A variant is one UDP
 iperf3 flow of full-size datagrams offered at `--offered` packets/s, above what BMv2 forwards; what
-arrives per second is the rate. Goal (issue 12): pcn / plain >= 0.9.
+arrives per second is the rate. Goal: pcn / plain >= 0.9 (docs/results.md, "The data plane's cost").
 """
 
 from __future__ import annotations

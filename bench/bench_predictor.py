@@ -1,5 +1,5 @@
-"""The burst predictor and the window scheduler on generated report traces (issue 6's benchmark, the
-parts that need no switch):
+"""The burst predictor and the window scheduler on generated report traces (docs/results.md, "Other
+measurements"; the parts that need no switch):
 
   (1) a steady 100 ms-period job: prediction error p95 (goal <= 1 ms);
   (2) 10 % random jitter: the share of bursts whose first packet falls inside an armed window (goal

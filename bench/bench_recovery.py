@@ -1,4 +1,5 @@
-"""How long a switch that crashes stops forwarding (issue 21's goal: under 2 s, p95 over 20 restarts).
+"""How long a switch that crashes stops forwarding (the goal: under 2 s, p95 over 20
+restarts; docs/results.md, "Faults, control ports and a second user").
 
     sudo .venv/bin/python bench/bench_recovery.py [--restarts 20]
 

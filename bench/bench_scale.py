@@ -1,7 +1,8 @@
 """How far one machine goes: a leaf-spine grown step by step, one `pcnlab run` per size, until the
-fidelity check says no (issue 21). Each size: `leaves` x `spines` switches, `hosts_per_leaf` hosts per
-leaf, a generator whose workers are every host but the PS and two background senders (PS on h1), 30 KB
-per worker every second, two cubic flows into the PS, telemetry on every packet, pcn mode.
+fidelity check says no (docs/results.md, "How far one machine goes"). Each size: `leaves` x `spines`
+switches, `hosts_per_leaf` hosts per leaf, a generator whose workers are every host but the PS and two
+background senders (PS on h1), 30 KB per worker every second, two cubic flows into the PS, telemetry
+on every packet, pcn mode.
 
     sudo .venv/bin/python bench/bench_scale.py [--sizes 2x2x4,4x2x4,6x3x4,8x4x4] [--duration 25]
 

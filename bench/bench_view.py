@@ -1,4 +1,4 @@
-"""`pcnlab view` on a long run (issue 23's benchmark): the time to write the HTML file, its size, and in
+"""`pcnlab view` on a long run (docs/results.md, "Looking at a run"): the time to write the HTML file, its size, and in
 headless Chromium the time to first paint (goal: under 3 s, under 20 MB).
 
     .venv/bin/python bench/bench_view.py RUN [--screenshot docs/img/view.png] [--iteration N]

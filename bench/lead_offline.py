@@ -30,6 +30,7 @@ import pandas as pd
 from pcnlab.analysis import iterations as it
 from pcnlab.analysis.results import RunData, load_run, on_port
 from pcnlab.controller.lead import LeadConfig, LeadTracker
+from pcnlab.controller.modes import WINDOW_MODES
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.errors import UsageError
 from pcnlab.cmdline import OneLineParser, count, non_negative
@@ -112,7 +113,7 @@ def main() -> None:
             run = load_run(path)
         except UsageError as e:
             parser.error(str(e))
-        if run.mode != "pcn" or run.iteration_table.empty or "bottleneck" not in run.metrics:
+        if run.mode not in WINDOW_MODES or run.iteration_table.empty or "bottleneck" not in run.metrics:
             parser.error(f"{path} is no finished pcn run with iterations: give the folders of pcn runs (mode=pcn...)")
         runs.append(run)
     table, first, rate, period = measured(runs)

@@ -1,20 +1,27 @@
 """The data plane's run-time configuration (p4src/pcn.p4), as typed objects and the P4Runtime entries
 that carry them, all by P4Info names: switch config, traffic classes, port modes, pre-drain windows,
-random loss towards a port, the pcn-host code point, the telemetry clone session and the burst digest."""
+random loss towards a port, the pcn-host code point, the telemetry clone session and the burst digest.
+
+Its limits and defaults are read without finsy (the experiment schema takes them from here): finsy is
+imported where an entry is built."""
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import finsy as fy
-
-from pcnlab.controller.modes import K_PRE_MODES, MODES
+from pcnlab.controller.modes import DROPTAIL, K, K_PRE, K_PRE_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
+from pcnlab.controller.telemetry import CLASS_NAMES
 from pcnlab.errors import UsageError
 from pcnlab.p4src.facts import program_facts
 
-K, K_PRE = 40, 10   # the default thresholds (packets): ECN marking, and background's while a burst is expected
+if TYPE_CHECKING:
+    import finsy as fy
+
+HOLD_US = 100_000   # pcn-host: an announcement holds K_pre for at most this long (when its burst never comes)
+BURST_MIN_PAYLOAD = 64   # bytes of L4 payload a packet needs to start a burst (pure ACKs never do)
 FACTS = program_facts()  # generated from p4src/ by `make p4` (p4src/facts.py)
 MAX_PORTS = FACTS["MAX_PORTS"]
 MAX_JOBS = FACTS["MAX_JOBS"]   # register slots per port; DDL job ids run 1..MAX_JOBS - 1 (0 is background)
@@ -23,11 +30,63 @@ MAX_QDEPTH = (1 << 19) - 1
 MAX_BURST_GAP_US = (1 << 32) - 1
 MAX_PAYLOAD = (1 << 16) - 1
 MAX_TELEMETRY_EVERY = (1 << 32) - 1   # telemetry_every: a bit<32> of every port_mode action
-BURST_DIGEST = "burst_digest_t"
 BURST_START, BURST_END = FACTS["BURST_START"], FACTS["BURST_END"]   # the digest's kinds
-CLASS_BACKGROUND, CLASS_DDL = FACTS["CLASS_BACKGROUND"], FACTS["CLASS_DDL"]
-CLASS_NAMES = {value: name.lower() for name, value in FACTS.prefixed("CLASS_").items()}
 LOSS_SCALE = FACTS["LOSS_SCALE"]   # p4src/loss.p4's unit: packets lost per LOSS_SCALE
+
+# Every P4Info name the controller uses, and what it gives each (tests/controller/test_p4info_names.py holds
+# them to p4src/build/pcn.p4info.txtpb); entries are built through table_entry() and action(), which refuse
+# any other name, field or parameter.
+SWITCH_PARAMS = ("switch_id", "telemetry_every", "telemetry_session")   # every port_mode action starts with them
+MODE_ACTIONS = {   # mode -> its port_mode action, and the parameters after SWITCH_PARAMS
+    DROPTAIL: ("mode_droptail", ()),
+    "ecn": ("mode_ecn", ("k",)),
+    "pcn": ("mode_pcn", ("k", "k_pre", "drop_non_ect")),
+    "pcn-host": ("mode_pcn_host", ("k", "k_pre", "hold_us", "discount_announcements")),
+}
+ACTIONS: dict[str, tuple[str, ...]] = {   # action -> its parameters
+    "forward": ("port", "dst_mac"), "set_ddl": ("job", "burst_gap_us", "burst_min_payload"),
+    "lose": ("rate_per_million",), "window_open": (), "NoAction": (),
+    **{name: SWITCH_PARAMS + params for name, params in MODE_ACTIONS.values()},
+}
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {   # table -> (its match fields, its actions)
+    "ipv4_routes": (("ipv4_dst",), ("forward",)),
+    "ddl_pairs": (("src", "dst"), ("set_ddl",)),
+    "traffic_class": (("src", "dst", "proto", "sport", "dport"), ("set_ddl",)),
+    "pcn_start_codepoint": (("dscp",), ("NoAction",)),
+    "port_mode": (("port",), tuple(name for name, _ in MODE_ACTIONS.values())),
+    "predrain_windows": (("port", "now_us"), ("window_open",)),
+    "gradient_loss": (("port",), ("lose",)),
+}
+PORT_COUNTERS = {
+    "to_queue": "to_queue_port_class",     # handed to the egress queue, by egress port
+    "tx": "tx_port_class",                 # left the switch, by egress port
+    "marked": "marked_port_class",
+    "dropped": "dropped_port_class",       # dropped by the program (PCN early drop)
+    "lost": "lost_port_class",             # lost at random before the queue (schedule's loss), by egress port
+}
+BURST_DIGEST = "burst_digest_t"
+DIGEST_FIELDS = ("port", "job", "ts", "queue", "idle", "kind")   # BurstStart.from_digest reads them
+
+
+def action(name: str, **params) -> fy.P4TableAction:
+    """A table action by its P4Info name, with exactly the parameters ACTIONS lists for it."""
+    if set(params) != set(ACTIONS.get(name, ("?",))):
+        raise ValueError(f"action {name}({', '.join(params)}) is not one the controller knows: dataplane.ACTIONS")
+    import finsy as fy
+
+    return fy.P4TableAction(name, **params)
+
+
+def table_entry(table: str, match: dict | None = None, action: fy.P4TableAction | None = None,
+                **options) -> fy.P4TableEntry:
+    """A table entry by P4Info names, its match fields and action among those TABLES lists for the table."""
+    fields, actions = TABLES.get(table, (("?",), ()))
+    if not set(match or ()) <= set(fields) or (action is not None and action.name not in actions):
+        raise ValueError(f"{table} entry matching {sorted(match or ())} with {action and action.name} is not one the "
+                         "controller knows: dataplane.TABLES")
+    import finsy as fy
+
+    return fy.P4TableEntry(table, match=fy.P4TableMatch(match) if match else None, action=action, **options)
 
 
 def k_pre_fits(mode: str, k: int, k_pre: int) -> bool:
@@ -39,11 +98,11 @@ def k_pre_fits(mode: str, k: int, k_pre: int) -> bool:
 class PortMode:
     """How one egress port treats its queue. k and k_pre are queue depths in packets."""
 
-    mode: str = "droptail"
+    mode: str = DROPTAIL
     k: int = K
     k_pre: int = K_PRE
     drop_non_ect: bool = False  # pcn: drop background non-ECT packets above k_pre inside a window
-    hold_us: int = 100_000      # pcn-host: an announcement holds K_pre for at most this long
+    hold_us: int = HOLD_US      # pcn-host: an announcement holds K_pre for at most this long
     count_announcements: bool = True  # pcn-host: queued announcements count in the depth it marks at
 
     def __post_init__(self):
@@ -56,15 +115,10 @@ class PortMode:
 
     def action(self, switch: dict) -> fy.P4TableAction:
         """The port_mode action; `switch`: the switch's id and telemetry (DataPlaneConfig.switch_params)."""
-        if self.mode == "droptail":
-            return fy.P4TableAction("mode_droptail", **switch)
-        if self.mode == "ecn":
-            return fy.P4TableAction("mode_ecn", **switch, k=self.k)
-        if self.mode == "pcn":
-            return fy.P4TableAction("mode_pcn", **switch, k=self.k, k_pre=self.k_pre,
-                                    drop_non_ect=int(self.drop_non_ect))
-        return fy.P4TableAction("mode_pcn_host", **switch, k=self.k, k_pre=self.k_pre, hold_us=self.hold_us,
-                                discount_announcements=int(not self.count_announcements))
+        name, params = MODE_ACTIONS[self.mode]
+        values = {"k": self.k, "k_pre": self.k_pre, "drop_non_ect": int(self.drop_non_ect), "hold_us": self.hold_us,
+                  "discount_announcements": int(not self.count_announcements)}
+        return action(name, **switch, **{p: values[p] for p in params})
 
 
 @dataclass(frozen=True)
@@ -82,7 +136,7 @@ class FlowClass:
     dport: tuple[int, int] | None = None
     priority: int = 10
     burst_gap_us: int | None = None
-    burst_min_payload: int = 64      # bytes of L4 payload
+    burst_min_payload: int = BURST_MIN_PAYLOAD   # bytes of L4 payload
     learned_gap_us: int | None = None  # burst_gap_us None: the G the controller learned, once it has
 
     @property
@@ -106,11 +160,10 @@ class FlowClass:
                 and self.sport is None and self.dport is None)
 
     def entry(self) -> fy.P4TableEntry:
-        action = fy.P4TableAction("set_ddl", job=self.job, burst_gap_us=self.gap_us,
-                                  burst_min_payload=self.burst_min_payload)
+        ddl = action("set_ddl", job=self.job, burst_gap_us=self.gap_us, burst_min_payload=self.burst_min_payload)
         if self.is_pair:
             src, dst = (str(ipaddress.ip_network(v, strict=False).network_address) for v in (self.src, self.dst))
-            return fy.P4TableEntry("ddl_pairs", match=fy.P4TableMatch(src=src, dst=dst), action=action)
+            return table_entry("ddl_pairs", {"src": src, "dst": dst}, ddl)
         match: dict[str, object] = {}
         for name in ("src", "dst"):
             value = getattr(self, name)
@@ -123,8 +176,7 @@ class FlowClass:
             value = getattr(self, name)
             if value is not None:
                 match[name] = f"{value[0]}...{value[1]}"
-        return fy.P4TableEntry("traffic_class", match=fy.P4TableMatch(match), action=action,
-                               priority=self.priority)
+        return table_entry("traffic_class", match, ddl, priority=self.priority)
 
 
 @dataclass(frozen=True)
@@ -142,15 +194,14 @@ class DataPlaneConfig:
     def switch_params(self) -> dict:
         """The switch's id and telemetry, which every port_mode action carries."""
         every = self.telemetry_every if self.telemetry_port is not None else 0
-        return {"switch_id": self.switch_id, "telemetry_every": every, "telemetry_session": self.telemetry_session}
+        return dict(zip(SWITCH_PARAMS, (self.switch_id, every, self.telemetry_session), strict=True))
 
     def config_entry(self) -> fy.P4TableEntry:
         """Ports without a mode of their own: drop-tail, with the switch's telemetry."""
-        return fy.P4TableEntry("port_mode", is_default_action=True,
-                               action=PortMode("droptail").action(self.switch_params()))
+        return table_entry("port_mode", action=PortMode().action(self.switch_params()), is_default_action=True)
 
     def mode_entry(self, port: int, mode: PortMode) -> fy.P4TableEntry:
-        return fy.P4TableEntry("port_mode", match=fy.P4TableMatch(port=port), action=mode.action(self.switch_params()))
+        return table_entry("port_mode", {"port": port}, mode.action(self.switch_params()))
 
     def with_learned_gap(self, job: int, gap_us: int) -> tuple["DataPlaneConfig", list[FlowClass]]:
         """This configuration with `gap_us` as the learned G of job's classes that have no G of their
@@ -161,10 +212,11 @@ class DataPlaneConfig:
 
     def static_entries(self) -> list:
         """What a freshly configured switch needs besides its routes, its default config and its modes."""
+        import finsy as fy
+
         out: list = [cls.entry() for cls in self.classes]
         if self.pcn_start_dscp is not None:
-            out.append(fy.P4TableEntry("pcn_start_codepoint", match=fy.P4TableMatch(dscp=self.pcn_start_dscp),
-                                       action=fy.P4TableAction("NoAction")))
+            out.append(table_entry("pcn_start_codepoint", {"dscp": self.pcn_start_dscp}, action("NoAction")))
         if self.telemetry_port is not None:
             # Truncation happens in the program (truncate()); the session only picks the port.
             out.append(fy.P4CloneSessionEntry(self.telemetry_session, replicas=[self.telemetry_port]))
@@ -176,16 +228,15 @@ def window_entry(port: int, start_us: int, end_us: int) -> fy.P4TableEntry:
     """A pre-drain window [start_us, end_us) on `port`, in the switch's clock."""
     if end_us <= start_us:
         raise ValueError(f"empty window [{start_us}, {end_us})")
-    return fy.P4TableEntry("predrain_windows", priority=1, action=fy.P4TableAction("window_open"),
-                           match=fy.P4TableMatch(port=port, now_us=f"{start_us}...{end_us - 1}"))
+    return table_entry("predrain_windows", {"port": port, "now_us": f"{start_us}...{end_us - 1}"},
+                       action("window_open"), priority=1)
 
 
 def loss_entry(port: int, fraction: float) -> fy.P4TableEntry:
     """DDL data packets towards `port` are lost at random, `fraction` of them (0 to 1; p4src/loss.p4)."""
     if not 0 <= fraction <= 1:
         raise UsageError(f"a loss rate is a fraction between 0 and 1, not {fraction}")
-    return fy.P4TableEntry("gradient_loss", match=fy.P4TableMatch(port=port),
-                           action=fy.P4TableAction("lose", rate_per_million=round(fraction * LOSS_SCALE)))
+    return table_entry("gradient_loss", {"port": port}, action("lose", rate_per_million=round(fraction * LOSS_SCALE)))
 
 
 @dataclass(frozen=True)
@@ -207,17 +258,7 @@ class BurstStart:
 
     @classmethod
     def from_digest(cls, data: dict) -> "BurstStart":
-        return cls(int(data["port"]), int(data["job"]), int(data["ts"]), int(data["queue"]), int(data["idle"]),
-                   int(data["kind"]))
-
-
-PORT_COUNTERS = {
-    "to_queue": "to_queue_port_class",     # handed to the egress queue, by egress port
-    "tx": "tx_port_class",                 # left the switch, by egress port
-    "marked": "marked_port_class",
-    "dropped": "dropped_port_class",       # dropped by the program (PCN early drop)
-    "lost": "lost_port_class",             # lost at random before the queue (schedule's loss), by egress port
-}
+        return cls(*(int(data[name]) for name in DIGEST_FIELDS))
 
 
 async def read_port_counters(switch: fy.Switch) -> dict[tuple[int, str, str], tuple[int, int]]:
@@ -226,6 +267,8 @@ async def read_port_counters(switch: fy.Switch) -> dict[tuple[int, str, str], tu
     Drops at a full queue never reach egress: to_queue - tx - dropped - (still queued) counts them (a
     packet lost at random is counted only as lost: it never reached the queue).
     """
+    import finsy as fy
+
     out: dict[tuple[int, str, str], tuple[int, int]] = {}
     for label, counter in PORT_COUNTERS.items():
         async for entry in switch.read(fy.P4CounterEntry(counter)):

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import finsy as fy
+from typing import TYPE_CHECKING
 
+from pcnlab.controller.dataplane import action, table_entry
 from pcnlab.controller.endpoints import Route
 
-ROUTES_TABLE = "ipv4_routes"
+if TYPE_CHECKING:
+    import finsy as fy
 
 
 def route_entry(route: Route) -> fy.P4TableEntry:
-    return fy.P4TableEntry(
-        ROUTES_TABLE,
-        match=fy.P4TableMatch({"ipv4_dst": route.prefix}),
-        action=fy.P4TableAction("forward", port=route.port, dst_mac=route.dst_mac),
-    )
+    return table_entry("ipv4_routes", {"ipv4_dst": route.prefix}, action("forward", port=route.port,
+                                                                         dst_mac=route.dst_mac))
 
 
 def route_entries(routes: tuple[Route, ...] | list[Route]) -> list[fy.P4TableEntry]:

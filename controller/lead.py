@@ -31,7 +31,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from pcnlab.controller.dataplane import K_PRE
+from pcnlab.controller.modes import K_PRE
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class LeadConfig:
                                   # added while the two are at least finest^2 apart (ratio or more:
                                   # never). A ladder 1.25 x apart from the start met 6.73 packets on
                                   # pcn-training-resnet against 7.05 but slowed the ring's warm-up;
-                                  # halves of the 1.5 x ladder: docs/results.md, issue 19, 2026-11-26
+                                  # halves of the 1.5 x ladder: docs/results.md, "Predicted PCN on
+                                  # real training", 2026-11-26
     min_lead_us: int = 1000
     max_share: float = 0.3        # of the period: the lead never holds K_pre longer than this
     history: int = 8              # uncovered starts behind the standing-queue estimate

@@ -8,10 +8,10 @@ thread for callers that are not async (the Mininet runner, the CLI).
 Reconnection is ours, not finsy's back-off: a session that ends within 2 s of its start makes finsy
 wait a fixed 10 s before its next try (finsy/switch.py `_throttle_failure`: module constants, no
 option), and a switch that died fails the next try at once, so a BMv2 back in 0.1 s was configured
-again only after 10 s (measured, issue 21). `_supervise` notices a session that went down, polls the
-switch's gRPC port, and once it listens replaces the switch in finsy's Controller with a fresh Switch
-of the same options (finsy's public add/remove); the ready handler then configures it as on any new
-session.
+again only after 10 s (measured: docs/results.md, "Faults, control ports and a second user").
+`_supervise` notices a session that went down, polls the switch's gRPC port, and once it listens
+replaces the switch in finsy's Controller with a fresh Switch of the same options (finsy's public
+add/remove); the ready handler then configures it as on any new session.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ _ETHERTYPE_BYTES = ETHERTYPE_PCN_TELEMETRY.to_bytes(2, "big")
 
 FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START = FACTS["TEL_MARKED"], FACTS["TEL_DROPPED"], FACTS["TEL_BURST_START"]
 FLAG_IN_WINDOW, FLAG_ECT, FLAG_ANNOUNCE = FACTS["TEL_IN_WINDOW"], FACTS["TEL_ECT"], FACTS["TEL_ANNOUNCE"]
+CLASS_BACKGROUND, CLASS_DDL = FACTS["CLASS_BACKGROUND"], FACTS["CLASS_DDL"]
+CLASS_NAMES = {value: name.lower() for name, value in FACTS.prefixed("CLASS_").items()}   # the queue log's words
 
 COLUMNS = ("host_ns", "switch", "seq", "port", "class", "job", "ingress_us", "egress_us", "enq_qdepth",
            "deq_qdepth", "queue_delay_us", "packet_length", "payload_bytes", "src_host", "dst_host", "marked",
@@ -42,6 +44,11 @@ class TelemetryRecord:
     payload_bytes: int = 0    # L4 payload: 0 for a pure ACK
     src_host: int = 0         # low 16 bits of the IPv4 source: N for host hN (topologies/topos.py)
     dst_host: int = 0
+
+    @property
+    def class_name(self) -> str:
+        """The record's traffic class as the queue log names it (ddl, background)."""
+        return CLASS_NAMES.get(self.traffic_class, CLASS_NAMES[CLASS_BACKGROUND])
 
     @property
     def marked(self) -> bool:
@@ -68,7 +75,7 @@ class TelemetryRecord:
         return bool(self.flags & FLAG_ANNOUNCE)
 
     def row(self, host_ns: int, switch: str) -> tuple:
-        return (host_ns, switch, self.seq, self.port, "ddl" if self.traffic_class == 1 else "background",
+        return (host_ns, switch, self.seq, self.port, self.class_name,
                 self.job, self.ingress_us, self.egress_us, self.enq_qdepth, self.deq_qdepth,
                 self.queue_delay_us, self.packet_length, self.payload_bytes, self.src_host, self.dst_host,
                 int(self.marked), int(self.dropped),

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from pcnlab.controller.dataplane import K_PRE
+from pcnlab.controller.modes import K_PRE
 from pcnlab.controller.lead import LeadConfig, LeadTracker
 from pcnlab.controller.predictor_types import BurstKey, BurstReport, Prediction
 
@@ -66,14 +66,17 @@ def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: flo
     return Window(key.switch, key.port, key.job, start, end, prediction.next_start_us, max(lead_us, 0))
 
 
+GUARD_US = 1000   # a window stays open at least this long after the predicted start (the schema's default)
+
+
 @dataclass(frozen=True)
 class PlannerConfig:
     k_pre: int = K_PRE            # a port whose standing queue is no deeper needs no window
-    guard_us: int = 1000          # at least this long after the predicted start
+    guard_us: int = GUARD_US      # at least this long after the predicted start
     spread: float = 2.0           # windows reach spread x the predicted jitter either side (bench: coverage/cost)
     lead_us: int | None = None    # a fixed lead; None: learned per key (lead.py)
-    rtt_us: int = 1000            # the background's base RTT, for the first learned lead
-    max_lead_share: float = 0.3   # a learned lead stays below this share of the period
+    rtt_us: int = LeadConfig.rtt_us             # the background's base RTT, for the first learned lead
+    max_lead_share: float = LeadConfig.max_share   # a learned lead stays below this share of the period
     rate_pps: float = 1000.0      # port rate for the learned lead, unless port_rates has the port
     port_rates: Mapping[tuple[str, int], float] = field(default_factory=dict)
     min_notice_us: int = 5000     # a new window that would open sooner than this is not written (late)

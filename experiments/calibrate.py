@@ -82,7 +82,7 @@ def one_switch(results: Path, experiment: str, name: str, hosts: int = 2, progra
             if program == "pcn":
                 dataplane = {"s1": DataPlaneConfig(
                     switch_id=1, classes=(FlowClass(job=1, src="10.0.0.98/32", dst="10.0.0.99/32"),),
-                    modes={p: PortMode("ecn", k=40) for p in endpoint.ports},
+                    modes={p: PortMode("ecn") for p in endpoint.ports},
                     telemetry_port=topo.monitor_port("s1") if telemetry else None,
                     telemetry_every=telemetry_every)}
             controller = PcnController([endpoint], P4Program.named(program), dataplane=dataplane)

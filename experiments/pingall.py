@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcnlab.controller.events import EventLog
+from pcnlab.controller.modes import DROPTAIL
 from pcnlab.experiments.run_controller import start_slice_controller
 from pcnlab.experiments.rundir import RunFolder
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork, check_supported
@@ -41,7 +42,7 @@ def run_slice(topology: str, options: NetworkOptions, results_root: Path = Path(
                 say("[2/3] pushing the pipeline and routes over P4Runtime")
                 # Wired the way `pcnlab controller` wires a slice it takes over: drop-tail on every port.
                 events = EventLog(run.path / "events.jsonl")
-                controller, _ = start_slice_controller(net.endpoints(), "droptail", 40, 10, events)
+                controller, _ = start_slice_controller(net.endpoints(), DROPTAIL, events)
             configure_s = time.monotonic() - started
             try:
                 say("[3/3] every host pings every other")

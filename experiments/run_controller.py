@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pcnlab.controller.sessions import ControllerThread, PcnController
 from pcnlab.controller.dataplane import DataPlaneConfig, FlowClass, PortMode
 from pcnlab.controller.events import EventLog
-from pcnlab.controller.modes import WINDOW_MODES
+from pcnlab.controller.modes import ANNOUNCE_MODES, K, K_PRE, WINDOW_MODES
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.endpoints import SwitchEndpoint
@@ -46,7 +46,7 @@ def dataplane_configs(run: RunConfig, topo, endpoints: Sequence[SwitchEndpoint])
             switch_id=ep.device_id, classes=classes,
             modes={p: mode for p in ep.ports if p != monitor},
             telemetry_port=monitor if every else None, telemetry_every=every or 1,
-            pcn_start_dscp=PCN_START_DSCP if run.mode.kind == "pcn-host" else None)
+            pcn_start_dscp=PCN_START_DSCP if run.mode.kind in ANNOUNCE_MODES else None)
     return out
 
 
@@ -69,9 +69,10 @@ def start_controller(run: RunConfig, topo, endpoints: Sequence[SwitchEndpoint], 
     return thread, scheduler
 
 
-def start_slice_controller(endpoints: Sequence[SwitchEndpoint], mode: str, k: int, k_pre: int, events: EventLog,
-                           election_id: int = 10) -> tuple[ControllerThread, PcnScheduler]:
-    """A network without an experiment (`pcnlab slice`): one mode on every port, no DDL classes."""
+def start_slice_controller(endpoints: Sequence[SwitchEndpoint], mode: str, events: EventLog, k: int = K,
+                           k_pre: int = K_PRE, election_id: int = 10) -> tuple[ControllerThread, PcnScheduler]:
+    """A network without an experiment (`pcnlab slice`): one mode on every port (with the data plane's
+    default thresholds unless given), no DDL classes."""
     port_mode = PortMode(mode, k=k, k_pre=k_pre)
     dataplane = {ep.name: DataPlaneConfig(switch_id=ep.device_id, modes={p: port_mode for p in ep.ports})
                  for ep in endpoints}

@@ -23,10 +23,8 @@ from pcnlab.topologies import control_ports
 from pcnlab.topologies.bmv2 import Bmv2StartError, Bmv2Switch, free_port
 from pcnlab.rates import FRAME_BYTES
 from pcnlab.topologies.routing import compute_routes, port_queues, ports_of
-from pcnlab.topologies.topos import PcnTopo
-
-SWITCH_KINDS = ("bmv2", "bridge")
-HOST_QUEUES = ("fifo", "fair")   # a paced host's queue (host_pacing, fair_host_pacing)
+from pcnlab.topologies.mininet_topo import PcnTopo
+from pcnlab.topologies.topos import HOST_QUEUES, SWITCH_KINDS
 HOST_QUEUE_FRAMES = 1000         # a paced host's queue holds what a NIC's does (txqueuelen)
 # Mininet names root-namespace interfaces s1-eth1, ...: two networks at once would collide, so a
 # machine runs one PcnNetwork at a time and the next one waits for this lock.

@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         check_cc(cfg.cc)
         if cfg.pattern == "ring":
             _ring_worker(cfg, log)
-        elif cfg.transport == "ltp":  # bursts as LTP datagrams, answers over TCP (workloads/ltp/ltp_burst.py)
-            from pcnlab.workloads.ltp.ltp_burst import ltp_ps, ltp_ps_worker
+        elif cfg.transport == "ltp":  # bursts as LTP datagrams, answers over TCP (workloads/ltp_burst.py)
+            from pcnlab.workloads.ltp_burst import ltp_ps, ltp_ps_worker
 
             (ltp_ps if cfg.role == "ps" else ltp_ps_worker)(cfg, log)
         elif cfg.role == "ps":

@@ -1,4 +1,4 @@
-"""What the burst generator's TCP pattern (burst.py) and its LTP transport (ltp/ltp_burst.py) share: the
+"""What the burst generator's TCP pattern (burst.py) and its LTP transport (ltp_burst.py) share: the
 messages (a 16-byte header of iteration and payload length before each payload; the worker's rank as
 its hello), the start handshake between a PS and its workers, the pacing of each burst with its
 PCN-START announcement one lead ahead, the PS's answers, and the iteration records of a PS and a worker."""

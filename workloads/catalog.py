@@ -12,6 +12,7 @@ Two kinds of names:
 from __future__ import annotations
 
 from pcnlab.errors import UsageError
+from pcnlab.workloads.process_config import PROFILE_SCALE
 from pcnlab.workloads.profiles import PROFILES, scaled
 
 SYNTHETIC_MODELS = ("mlp", "cnn")
@@ -32,7 +33,7 @@ def is_profile(name: str) -> bool:
     return name.startswith(PROFILE_PREFIX)
 
 
-def check_model(name: str, profile_scale: float = 0.01) -> None:
+def check_model(name: str, profile_scale: float = PROFILE_SCALE) -> None:
     """A one-line UsageError unless the workers can build `name` (a process model name)."""
     if is_profile(name):
         scaled(name[len(PROFILE_PREFIX):], profile_scale)

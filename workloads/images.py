@@ -34,7 +34,7 @@ from pcnlab.workloads.containers import (
 )
 
 # What each kind of job's processes import (their modules import the rest, PyTorch among it).
-KIND_MODULES = {"ps": ("pcnlab.workloads.ps", "pcnlab.workloads.ltp.ltp_ps"),
+KIND_MODULES = {"ps": ("pcnlab.workloads.ps", "pcnlab.workloads.ltp_ps"),
                 "ring": ("pcnlab.workloads.ring",), "torchrun": ("pcnlab.workloads.hook",)}
 OOM_KILLED = 137                     # 128 + SIGKILL: the kernel's OOM killer, inside the memory limit
 NOT_FOUND = 127                      # podman: the command is not in the image

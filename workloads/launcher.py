@@ -81,7 +81,7 @@ class Workloads:
             # once here, so the processes read the cached copy instead of importing sklearn (which an image lacks)
             data[DIGITS_VARIABLE] = str(ensure_digits())
         port = hosts.port(spec.port)
-        # LTP (workloads/ltp/ltp_ps.py): shard s takes gradients on UDP ltp_port + s and the workers its
+        # LTP (workloads/ltp_ps.py): shard s takes gradients on UDP ltp_port + s and the workers its
         # parameters on ltp_port + servers + s (the generator: one port); consecutive, none another job has
         count = 2 * len(spec.servers) if spec.kind == "ps" else 1
         ltp_ports = [hosts.port() for _ in range(count)] if spec.transport == "ltp" else [0]

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from pcnlab.workloads.catalog import DIGITS_MODELS, PROFILE_PREFIX, check_model, is_profile
+from pcnlab.workloads.process_config import PROFILE_SCALE
 from pcnlab.workloads.profiles import scaled
 
 TEST_SAMPLES = 512            # the synthetic tasks' held-out batch
@@ -149,7 +150,7 @@ class Task:
 _REAL = {"mlp": Mlp, "cnn": SmallCnn, "digits-mlp": DigitsMlp, "digits-cnn": DigitsCnn}
 
 
-def build_model(name: str, seed: int, profile_scale: float = 0.01) -> nn.Module:
+def build_model(name: str, seed: int, profile_scale: float = PROFILE_SCALE) -> nn.Module:
     check_model(name, profile_scale)
     torch.manual_seed(seed)
     if is_profile(name):

@@ -15,17 +15,23 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
+from pcnlab.workloads.ltp.earlyclose import AUTO, LTP_DEADLINE_MS, LTP_THETA_MIN
 
 T = TypeVar("T")
 
 TRAIN_KINDS = ("ps", "ring")
 BURST_PATTERNS = ("ps", "ring")
 TRANSPORTS = ("tcp", "ltp")
-# Defaults every layer takes from here (the YAML schema, JobSpec, the processes' configs):
+# Defaults every layer takes from here (the YAML schema, JobSpec, the processes' configs; Early Close's
+# are workloads/ltp/earlyclose.py's):
 BURST_BYTES = 250_000        # B: what each worker of the generator sends per iteration
-LTP_DEADLINE_MS = 500.0      # ltp: an iteration closes at the latest this long after its first datagram
-AUTO = "auto"                # ltp_deadline_ms: derived from the ideal exchange (workloads/ltp/earlyclose.py)
-LTP_THETA_MIN = 0.8          # ltp: Early Close never takes less than this share of a worker's gradient
+ITERATIONS = 10              # training iterations (the generator: bursts)
+MODEL = "mlp"                # catalog.MODELS
+PROFILE_SCALE = 0.01         # gradient profiles: each layer's size times this
+BATCH = 32                   # samples per worker per iteration
+LR = 0.05                    # SGD's learning rate
+EVAL_EVERY = 10              # real models: test accuracy every this many iterations and at the end (0: the end)
+BUCKET_MB = 25.0             # ring: all_reduce buckets like DDP's (0: one all_reduce per tensor)
 
 
 @dataclass
@@ -39,15 +45,15 @@ class TrainConfig:
     master_addr: str = "127.0.0.1"   # rank 0's address: gloo's rendezvous store
     master_port: int = 29500
     iface: str = ""                  # GLOO_SOCKET_IFNAME (inside a Mininet host: <host>-eth0; required there)
-    model: str = "mlp"               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
-    profile_scale: float = 0.01      # gradient profiles: each layer's size times this
-    iterations: int = 10
-    eval_every: int = 10             # real models: test accuracy every this many iterations and at the end (0: end)
-    batch: int = 32
-    lr: float = 0.05
+    model: str = MODEL               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
+    profile_scale: float = PROFILE_SCALE
+    iterations: int = ITERATIONS
+    eval_every: int = EVAL_EVERY
+    batch: int = BATCH
+    lr: float = LR
     momentum: float = 0.0
     compute_ms: float = 0.0          # pad each worker's compute phase to at least this (an accelerator's time)
-    bucket_mb: float = 25.0          # ring: all_reduce buckets like DDP's (0: one all_reduce per tensor)
+    bucket_mb: float = BUCKET_MB
     seed: int = 0
     timeout_s: float = 120.0         # gloo's timeout for rendezvous and every collective
     log: str = "rank.jsonl"
@@ -83,7 +89,7 @@ class BurstConfig:
     peers: str = ""                  # ring: the workers' addresses in rank order, comma-separated
     burst_bytes: int = BURST_BYTES
     reply_bytes: int = BURST_BYTES   # what the PS answers each worker (the launcher resolves JobSpec's None)
-    iterations: int = 10
+    iterations: int = ITERATIONS
     period_ms: float = 0.0           # bursts start every period (0: back to back after the compute gap)
     jitter_ms: float = 0.0           # each start moves by a uniform offset in [-jitter, +jitter]
     compute_ms: float = 0.0          # the gap between the answer and the next burst

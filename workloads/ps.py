@@ -62,8 +62,8 @@ def _run(cfg: TrainConfig, log) -> None:
         raise ValueError("a parameter-server job needs at least one worker rank")
     evaluator = cfg.rank == (0 if cfg.servers == 1 else cfg.servers)
     test = Task(cfg.model, cfg.seed, train=False) if evaluator and not is_profile(cfg.model) else None
-    if cfg.transport == "ltp":  # gradients as LTP datagrams (workloads/ltp), parameters back over gloo
-        from pcnlab.workloads.ltp import ltp_ps as ltp
+    if cfg.transport == "ltp":  # gradients as LTP datagrams (ltp_ps.py), parameters back over gloo
+        from pcnlab.workloads import ltp_ps as ltp
 
         if cfg.role() == "ps":
             ltp.serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)

@@ -13,8 +13,9 @@ from typing import Sequence
 from pcnlab.errors import UsageError
 from pcnlab.workloads.catalog import check_model
 from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO, check_compression
-from pcnlab.workloads.process_config import (AUTO, BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN,
-                                             TRANSPORTS)
+from pcnlab.workloads.ltp.earlyclose import AUTO, LTP_DEADLINE_MS, LTP_THETA_MIN
+from pcnlab.workloads.process_config import (BATCH, BUCKET_MB, BURST_BYTES, BURST_PATTERNS, EVAL_EVERY, ITERATIONS, LR,
+                                             MODEL, PROFILE_SCALE, TRANSPORTS)
 from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
@@ -37,16 +38,16 @@ class JobSpec:
     kind: str
     workers: tuple[str, ...]
     servers: tuple[str, ...] = ()    # ps: one host per PS shard; burst/ps: exactly one; ring: none
-    iterations: int = 10
+    iterations: int = ITERATIONS
     compute_ms: float = 0.0
     # PyTorch jobs
-    model: str = "mlp"               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
-    profile_scale: float = 0.01
-    batch: int = 32
-    lr: float = 0.05
+    model: str = MODEL               # catalog.PROCESS_MODELS: mlp | cnn | digits-mlp | digits-cnn | profile:<name>
+    profile_scale: float = PROFILE_SCALE
+    batch: int = BATCH
+    lr: float = LR
     momentum: float = 0.0
-    bucket_mb: float = 25.0
-    eval_every: int = 10             # real models: test accuracy every this many iterations and at the end
+    bucket_mb: float = BUCKET_MB
+    eval_every: int = EVAL_EVERY     # real models: test accuracy every this many iterations and at the end
     dump_tensors: bool = False       # write every iteration's tensors to jobs/<job>/tensors (small models)
     # the burst generator
     pattern: str = "ps"

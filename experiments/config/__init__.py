@@ -13,8 +13,8 @@ the unit their name ends with (`_s`, `_ms`, `_us`), sizes in bytes.
 
 Every mistake a user can make in a file is a one-line `UsageError` (exit code 2) that starts with the file
 and line (or the `--set` that caused it) and names the dotted key, what is wrong and what is allowed.
-Nothing here starts a process or needs root: topologies are built as Mininet `Topo`s only to learn their
-hosts and roles (each distinct topology once per load).
+Nothing here starts a process or needs root, nor imports Mininet, finsy or the run ledger: topologies are
+laid out (topologies/topos.py) only to learn their hosts and roles (each distinct topology once per load).
 
 The package, in the order a document goes through it:
 

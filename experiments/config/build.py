@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcnlab.controller.dataplane import k_pre_fits
+from pcnlab.controller.modes import DROPTAIL, MARKING_MODES
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config.changes import schedule
 from pcnlab.experiments.config.convert import convert, error, first_where, mapping, suggest, value_of
@@ -19,7 +20,7 @@ from pcnlab.experiments.config.runs import ModeConfig, SwitchConfig, TelemetryCo
 from pcnlab.experiments.config.schema import SAME_AS_BW, SECTIONS, TOPOLOGY_PARAMS, by_name, section_keys
 from pcnlab.experiments.config.timescale import time_scaled
 from pcnlab.experiments.config.yamlpos import Raw, Where
-from pcnlab.topologies.topos import TOPOLOGIES, make_topology
+from pcnlab.topologies.topos import TOPOLOGIES, layout_of
 from pcnlab.workloads.specs import NAME_RE
 
 
@@ -66,7 +67,7 @@ def build(tree: Raw, ctx: Context) -> dict:
     md = mapping(mode_raw, "mode", "mode", section_keys("mode")) if mode_raw is not None else {}
     mode = ModeConfig(**{k.name: value_of(k, md, "mode") for k in SECTIONS["mode"]})
     mode_where = mode_raw.where if mode_raw is not None else doc_where
-    if mode.kind != "droptail" and mode.K > topology.queue:
+    if mode.kind in MARKING_MODES and mode.K > topology.queue:
         where = first_where(md.get("K"), topo_raws.get("queue"), fallback=mode_where)
         raise error(where, "mode.K", f"{mode.K} packets is above the queue depth (topology.queue: "
                                      f"{topology.queue}): the queue would drop before it marks; "
@@ -75,7 +76,7 @@ def build(tree: Raw, ctx: Context) -> dict:
         where = first_where(md.get("K_pre"), md.get("K"), fallback=mode_where)
         raise error(where, "mode.K_pre", f"{mode.K_pre} is above K ({mode.K}); K_pre must be at most K "
                                          "(it is the lower threshold used while a burst is expected)")
-    if switch.kind == "bridge" and mode.kind != "droptail":
+    if switch.kind == "bridge" and mode.kind != DROPTAIL:
         where = first_where(md.get("kind"), sw.get("kind"), fallback=mode_where)
         raise error(where, "mode.kind", f"mode {mode.kind} needs switch kind bmv2: a Linux bridge only drops "
                                         "at a full queue; use mode droptail or switch bmv2")
@@ -98,7 +99,7 @@ def build(tree: Raw, ctx: Context) -> dict:
     out = {"name": name, "description": description, "topology": topology, "switch": switch, "mode": mode,
            "telemetry": telemetry, "jobs": jobs(top.get("jobs"), topology, mode, _containers(top.get("containers"))),
            "background": flows(top.get("background"), topology, switch), "fidelity": fidelity}
-    for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference"):
+    for key_name in ("duration_s", "warmup_s", "repetitions", "seed", "reference", "alone"):
         out[key_name] = value_of(section_keys("")[key_name], top, "")
     out["schedule"] = schedule(top.get("schedule"), topology, switch, out["background"], out["duration_s"])
     # Checked as the file writes them above (the switches' link limits too); then what runs: time_scale.
@@ -140,7 +141,7 @@ def _topology(raw: Raw, ctx: Context) -> tuple[TopologyConfig, dict[str, Raw]]:
     built = (kind, tuple(params.items()))
     if built not in ctx.topologies:
         try:
-            topo = make_topology(kind, **params)
+            topo = layout_of(kind, **params)
         except UsageError as exc:
             raise error(raw.where, "topology", str(exc)) from None
         ctx.topologies[built] = (tuple(topo.traffic_hosts()),

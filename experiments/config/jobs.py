@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcnlab.controller.dataplane import MAX_JOB_ID
+from pcnlab.controller.modes import ANNOUNCE_MODES
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config.convert import (convert, error, first_where, fmt, list_section, mapped_items, suggest,
                                                 value_of)
@@ -136,7 +137,7 @@ def jobs(raw: Raw | None, topology: TopologyConfig, mode: ModeConfig,
         if values["reply_bytes"] is None:
             values["reply_bytes"] = values["burst_bytes"]
         if values["pcn_start"] == "auto":
-            values["pcn_start"] = mode.kind == "pcn-host"
+            values["pcn_start"] = mode.kind in ANNOUNCE_MODES
         out.append(JobConfig(id=index + 1, name=name, kind=kind, pattern=pattern, ps=ps, workers=workers, **values))
     return tuple(out)
 

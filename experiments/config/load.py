@@ -19,6 +19,16 @@ from pcnlab.experiments.config.sweeps import (Sweep, apply_override, check_path,
 from pcnlab.experiments.config.yamlpos import load_tree
 
 
+def alone_variants(built: dict, fragments: list[str]) -> list[tuple[list[str], tuple, str | None]]:
+    """A sweep point's runs before repetitions, each as (name fragments, jobs, the job it holds alone): the
+    point itself and, with `alone: true` and several jobs, one per job with only that job (data-plane id 1),
+    the rest of the network (topology, background, schedule, mode) as the point has it."""
+    out = [(fragments, built["jobs"], None)]
+    if built["alone"] and len(built["jobs"]) > 1:
+        out += [(fragments + [f"alone={job.name}"], (replace(job, id=1),), job.name) for job in built["jobs"]]
+    return out
+
+
 def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experiment:
     """Read, validate and expand an experiment file. Every error is a one-line UsageError."""
     path = Path(path)
@@ -80,28 +90,33 @@ def load_experiment(path: Path | str, overrides: Iterable[str] = ()) -> Experime
             sweep_values[sweep.key] = value.plain()
             fragments.append(f"{sweep_label}={label(value.plain(), i)}")
         built = build(point, ctx)
-        base_name = ",".join(fragments) or "run"
-        for rep in range(1, repetitions + 1):
-            name = base_name if repetitions == 1 else (f"{base_name},rep={rep}" if fragments else f"rep={rep}")
-            unique, k = name, 2
-            while unique in names:
-                unique, k = f"{name}-{k}", k + 1
-            names.add(unique)
-            runs.append(RunConfig(
-                experiment=built["name"], name=unique, index=len(runs), repetition=rep,
-                seed=built["seed"] + rep - 1, sweep=dict(sweep_values), topology=built["topology"],
-                switch=built["switch"], mode=built["mode"], telemetry=built["telemetry"], jobs=built["jobs"],
-                background=built["background"], duration_s=built["duration_s"], warmup_s=built["warmup_s"],
-                description=built["description"], source=source, overrides=overrides,
-                fidelity=built["fidelity"], reference=built["reference"], schedule=built["schedule"],
-                time_scale=built["time_scale"]))
+        for frags, jobs, alone in alone_variants(built, fragments):
+            base_name = ",".join(frags) or "run"
+            for rep in range(1, repetitions + 1):
+                name = base_name if repetitions == 1 else (f"{base_name},rep={rep}" if frags else f"rep={rep}")
+                unique, k = name, 2
+                while unique in names:
+                    unique, k = f"{name}-{k}", k + 1
+                names.add(unique)
+                runs.append(RunConfig(
+                    experiment=built["name"], name=unique, index=len(runs), repetition=rep,
+                    seed=built["seed"] + rep - 1, sweep=dict(sweep_values), topology=built["topology"],
+                    switch=built["switch"], mode=built["mode"], telemetry=built["telemetry"], jobs=jobs,
+                    background=built["background"], duration_s=built["duration_s"], warmup_s=built["warmup_s"],
+                    description=built["description"], source=source, overrides=overrides,
+                    fidelity=built["fidelity"], reference=built["reference"], schedule=built["schedule"],
+                    time_scale=built["time_scale"], alone=alone))
+    if len(runs) > MAX_RUNS:
+        raise error(first_where(top.get("alone"), fallback=tree.where), "alone",
+                    f"{len(runs)} runs with each job alone too; at most {MAX_RUNS}")
     # Repetitions outermost: each repetition runs every sweep point once before the next begins, so a
     # machine that drifts (load, heat) affects every point alike (interleaved, as benchmarks should be).
     runs = [replace(r, index=i) for i, r in enumerate(sorted(runs, key=lambda r: (r.repetition, r.index)))]
     first = runs[0]
     baseline = value_of(section_keys("")["baseline"], top, "")
     point_names = list(dict.fromkeys(r.name.rsplit(",rep=", 1)[0] for r in runs))
-    if baseline is not None and baseline not in point_names and len(point_names) == 1:
+    shared_points = {r.name.rsplit(",rep=", 1)[0] for r in runs if r.alone is None}
+    if baseline is not None and baseline not in point_names and len(shared_points) == 1:
         baseline = None  # a --set fixed the swept key: one point, nothing to compare
     if baseline is not None and baseline not in point_names:
         raise error(first_where(top.get("baseline"), fallback=tree.where), "baseline",

@@ -9,7 +9,7 @@ from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PAC
                                               MAX_RUNS, RATE, REQUIRED, SAME_AS_BW, SECTIONS, TIME, TOPOLOGY_PARAMS,
                                               Key, section_keys)
 from pcnlab.rates import FRAME_BYTES, rate_pps
-from pcnlab.topologies.topos import TOPOLOGIES, make_topology
+from pcnlab.topologies.topos import TOPOLOGIES, layout_of
 
 _TYPE_WORDS = {"int": "integer", "number": "number", "bool": "true/false", "choice": "one of", "name": "name",
                "text": "text", "lead": "auto or number", "autonumber": "auto or number", "every": "integer or off", "autobool": "auto/true/false",
@@ -87,7 +87,7 @@ def _roles() -> str:
     """Each topology's roles, as its default build names them (a role of one host shows the host)."""
     out = []
     for kind in TOPOLOGIES:
-        topo = make_topology(kind, **{k.name: k.default for k in TOPOLOGY_PARAMS[kind] if k.default != SAME_AS_BW})
+        topo = layout_of(kind, **{k.name: k.default for k in TOPOLOGY_PARAMS[kind] if k.default != SAME_AS_BW})
         roles = [f"`{role}`" + (f" ({hosts[0]})" if len(hosts) == 1 else "") for role, hosts in topo.roles.items()]
         out.append(f"{kind} {', '.join(roles)}")
     return "Roles: " + "; ".join(out) + "."
@@ -187,8 +187,12 @@ def reference_markdown() -> str:
         "Keys joined by `+` are swept together, each value a list with one value per key (combinations,",
         "not their product): `jobs.0.compression+jobs.0.compression_ratio: [[none, 0.01], [topk, 0.001]]`",
         "runs `compression+compression_ratio=none+0.01` and `...=topk+0.001`.",
-        "`name`, `description`, `repetitions`, `sweep`, `fidelity` and `reference` cannot be swept; at most "
-        f"{MAX_RUNS} runs.",
+        "With several jobs, `alone: true` adds to each point, in each repetition, a run per job holding only",
+        "that job (its data-plane id 1; the topology, background, schedule and mode as the point has them),",
+        "named `<point>,alone=<job>` (`mode=ecn,alone=a`) and run right after the point: the report sets each",
+        "job's iteration and communication shared beside the same job alone (docs/reference.md, Interference).",
+        "`name`, `description`, `repetitions`, `sweep`, `fidelity`, `reference`, `baseline` and `alone` cannot be "
+        f"swept; at most {MAX_RUNS} runs.",
         "",
         "`pcnlab run FILE --set key=value` changes one key before the sweep is expanded; the value is read as",
         "YAML (`--set mode.K=30`, `--set jobs.0.workers=[h2,h3]`, `--set telemetry=off`). A key set this way",

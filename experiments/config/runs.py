@@ -249,6 +249,7 @@ class RunConfig:
     reference: str | None = None           # analysis/reference.py: figures the report shows beside ours
     schedule: tuple[Change, ...] = ()      # changes during the run (experiments/schedule_runner.py)
     time_scale: float = default("", "time_scale")   # every value above is already scaled (config/timescale.py)
+    alone: str | None = None               # `alone: true`: the one job of its point this run holds (load.py)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (YAML/JSON), for the run folder."""
@@ -266,6 +267,7 @@ class RunConfig:
             "duration_s": self.duration_s, "warmup_s": self.warmup_s, "time_scale": self.time_scale,
             "fidelity": asdict(self.fidelity),
             "reference": self.reference, "schedule": [c.to_dict() for c in self.schedule],
+            **({"alone": self.alone} if self.alone else {}),
         }
 
     @classmethod
@@ -294,7 +296,7 @@ class RunConfig:
             source=data.get("source", ""), overrides=tuple(data.get("overrides", ())),
             fidelity=FidelityConfig(**data.get("fidelity", {})), reference=data.get("reference"),
             schedule=tuple(Change.from_dict(c) for c in data.get("schedule", ())),
-            time_scale=data.get("time_scale", default("", "time_scale")))
+            time_scale=data.get("time_scale", default("", "time_scale")), alone=data.get("alone"))
 
 
 @dataclass(frozen=True)

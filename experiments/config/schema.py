@@ -13,18 +13,18 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from pcnlab.analysis.fidelity_limits import FidelityConfig
-from pcnlab.controller.dataplane import (K, K_PRE, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH,
-                                         MAX_TELEMETRY_EVERY)
-from pcnlab.controller.modes import K_PRE_MODES, MODES
+from pcnlab.controller.dataplane import (BURST_MIN_PAYLOAD, HOLD_US, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD,
+                                         MAX_QDEPTH, MAX_TELEMETRY_EVERY)
+from pcnlab.controller.modes import DROPTAIL, K, K_PRE, K_PRE_MODES, MARKING_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
+from pcnlab.controller.windows import GUARD_US
 from pcnlab.analysis.reference import REFERENCES
-from pcnlab.topologies.network import HOST_QUEUES, SWITCH_KINDS
-from pcnlab.topologies.topos import MAX_HOSTS, MAX_SWITCHES, TOPOLOGIES
+from pcnlab.topologies.topos import HOST_QUEUES, MAX_HOSTS, MAX_SWITCHES, SWITCH_KINDS, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
-from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS
-from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
-from pcnlab.workloads.process_config import (BURST_BYTES, BURST_PATTERNS, LTP_DEADLINE_MS, LTP_THETA_MIN, TRAIN_KINDS,
-                                     TRANSPORTS)
+from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS, DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
+from pcnlab.workloads.ltp.earlyclose import LTP_DEADLINE_MS, LTP_THETA_MIN
+from pcnlab.workloads.process_config import (BATCH, BUCKET_MB, BURST_BYTES, BURST_PATTERNS, EVAL_EVERY, ITERATIONS, LR,
+                                             MODEL, PROFILE_SCALE, TRAIN_KINDS, TRANSPORTS)
 from pcnlab.workloads.containers import DEFAULT_IMAGE
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS, TORCH_KINDS
 
@@ -178,8 +178,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "compression, the PS's update are not slowed); torchrun jobs only in what the runner sets "
             "(pcn_start_lead_us, warmup_s, duration_s), not their script's own times; TCP's timers (200 ms minimum "
             "RTO) stay the kernel's", min=1, max=MAX_TIME_SCALE),
-        Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1,
-            max=MAX_RUNS),
+        Key("repetitions", "int", 1, "runs per sweep point; run names end with `,rep=N` when above 1", min=1, max=MAX_RUNS),
+        Key("alone", "bool", False, "add, per point and repetition, a run per job with only that job: `<point>,alone=<job>`"),
         Key("seed", "int", 0, "seed of repetition 1; repetition N uses seed + N - 1 (every sweep point of a "
             "repetition shares it)", min=0, max=(1 << 31) - 1),
         Key("baseline", "text", None, "the sweep point the report compares every other point against "
@@ -220,10 +220,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "µs). A switch busy near a whole core then takes that CPU from the hosts (the kernel leaves them 5 %)"),
     ),
     "mode": (
-        Key("kind", "choice", "droptail", "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "
+        Key("kind", "choice", DROPTAIL, "droptail: drop at a full queue; ecn: mark CE at K; pcn: ours, "
             "predicted pre-drain windows with K_pre; pcn-host: the paper's host-announced counter",
             choices=MODES, what="mode"),
-        Key("K", "int", K, "ECN marking threshold (ecn, pcn, pcn-host); at most topology.queue",
+        Key("K", "int", K, f"ECN marking threshold ({', '.join(MARKING_MODES)}); at most topology.queue",
             unit="packets", min=1, max=MAX_QDEPTH),
         Key("K_pre", "int", K_PRE, f"threshold for background traffic while a burst is expected "
             f"({', '.join(K_PRE_MODES)}); at most K", unit="packets", min=0, max=MAX_QDEPTH),
@@ -231,10 +231,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "auto: learned per port (first 2 x the standing queue / port rate + an RTT, then longer while "
             "iterations inside a window still meet more than K_pre, shorter while they meet less)", unit="us",
             min=0, max=MAX_BURST_GAP_US, scales=TIME),
-        Key("guard_us", "int", 1000, "pcn: how long after the predicted start the window stays open",
+        Key("guard_us", "int", GUARD_US, "pcn: how long after the predicted start the window stays open",
             unit="us", min=0, max=MAX_BURST_GAP_US, scales=TIME),
         Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
-        Key("announce_hold_us", "int", 100_000, "pcn-host: an announcement keeps K_pre for background at most "
+        Key("announce_hold_us", "int", HOLD_US, "pcn-host: an announcement keeps K_pre for background at most "
             "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US, scales=TIME),
         Key("count_announcements", "bool", True, "pcn-host: the announcements waiting in the queue count in "
             "the depth it marks at (BMv2 counts packets, so a 115-byte PCN-START weighs as a full one; "
@@ -276,17 +276,17 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "hosts and roles; a ring needs at least 2", default_doc="role `workers`"),
         Key("pool", "hosts", "workers", "where a count of workers is taken from: a role or a list of hosts",
             default_doc="role `workers`, else every host but the PS"),
-        Key("iterations", "int", 10, "training iterations (generator: bursts)", min=1, max=1_000_000),
+        Key("iterations", "int", ITERATIONS, "training iterations (generator: bursts)", min=1, max=1_000_000),
         Key("compute_ms", "number", 0.0, "compute time per iteration (an accelerator's; generator: the gap "
             "after the PS's answer)", unit="ms", min=0, max=MAX_DURATION_S * 1000, scales=TIME),
-        Key("model", "choice", "mlp", "mlp, cnn: small real models on generated data; digits-mlp, digits-cnn: "
+        Key("model", "choice", MODEL, "mlp, cnn: small real models on generated data; digits-mlp, digits-cnn: "
             "scikit-learn's handwritten digits (test accuracy reported); resnet50, vgg16, bert-base: their "
             "per-layer gradient sizes times scale", choices=MODELS, applies=TRAIN_KINDS, what="model"),
-        Key("scale", "number", 0.01, "gradient profiles: every layer's size times this", above=0, max=1,
+        Key("scale", "number", PROFILE_SCALE, "gradient profiles: every layer's size times this", above=0, max=1,
             applies=TRAIN_KINDS),
-        Key("batch", "int", 32, "samples per worker per iteration", min=1, max=1 << 16, applies=TRAIN_KINDS),
-        Key("lr", "number", 0.05, "learning rate (SGD)", above=0, applies=TRAIN_KINDS),
-        Key("eval_every", "int", 10, "real models: test accuracy on held-out data every this many iterations "
+        Key("batch", "int", BATCH, "samples per worker per iteration", min=1, max=1 << 16, applies=TRAIN_KINDS),
+        Key("lr", "number", LR, "learning rate (SGD)", above=0, applies=TRAIN_KINDS),
+        Key("eval_every", "int", EVAL_EVERY, "real models: test accuracy on held-out data every this many iterations "
             "and after the last (0: only after the last); by the PS (ring: rank 0)", min=0, max=1_000_000,
             applies=TRAIN_KINDS),
         Key("compression", "choice", "none", "gradient compression (with error feedback unless error_feedback "
@@ -300,7 +300,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "baselines; only with topk, randk, int8 or sign: none leaves nothing out, and adaptive's costs were "
             "measured with it); the PS's compressed reply always sends the change since what the workers hold",
             applies=TRAIN_KINDS),
-        Key("bucket_mb", "number", 25.0, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
+        Key("bucket_mb", "number", BUCKET_MB, "ring: all_reduce buckets like DDP's (0: one per tensor)", unit="MB",
             min=0, max=1024, applies=("ring",)),
         Key("burst_bytes", "int", BURST_BYTES, "B: what each worker sends per iteration", unit="bytes", min=1,
             max=MAX_BYTES, applies=("generator",)),
@@ -320,8 +320,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             f"{REPORT_GAP_US // 1000} ms of silence and the controller and the analysis learn which silences "
             "separate iterations (controller/segments.py)", unit="us", min=1, max=MAX_BURST_GAP_US,
             nullable=True, default_doc="learned", scales=TIME),
-        Key("burst_min_payload", "int", 64, "packets with less L4 payload (pure ACKs, small control messages) "
-            "never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
+        Key("burst_min_payload", "int", BURST_MIN_PAYLOAD, "packets with less L4 payload (pure ACKs, small control "
+            "messages) never start a burst", unit="bytes", min=1, max=MAX_PAYLOAD),
         Key("cc", "choice", "cubic", "TCP congestion control; one this kernel lacks is refused (dctcp is not "
             "built into every kernel); dctcp needs ecn: true", choices=CCS, what="congestion control"),
         Key("ecn", "bool", True, "ECN on the job's hosts (ECT packets)"),
@@ -382,7 +382,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
 }
 SHORTHAND = {"topology": "kind", "switch": "kind", "mode": "kind", "telemetry": "every", "containers": "image"}
 LIST_SECTIONS = ("jobs", "background", "schedule")
-NOT_SWEPT = ("name", "description", "repetitions", "sweep", "fidelity", "reference", "baseline")
+NOT_SWEPT = ("name", "description", "repetitions", "sweep", "fidelity", "reference", "baseline", "alone")
 
 
 def by_name(keys: Iterable[Key]) -> dict[str, Key]:

@@ -20,7 +20,7 @@ from pcnlab.controller.program import P4Program
 from pcnlab.topologies.network import NetworkOptions, PcnNetwork
 from pcnlab.topologies.topos import make_topology
 
-FINSY_BACKOFF_S = 10.0   # what a lost session cost before (issue 21: 10.1-10.3 s in 6 of 6 tries)
+FINSY_BACKOFF_S = 10.0   # what a lost session cost before (10.1-10.3 s in 6 of 6 tries; docs/results.md, Faults)
 
 
 def _hole_s(net, switch, how: str) -> tuple[float, int]:

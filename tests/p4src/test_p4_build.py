@@ -19,12 +19,5 @@ def test_committed_outputs_are_fresh(tmp_path, main):
         assert committed.read_bytes() == fresh.read_bytes(), f"{committed} is stale: run `make p4`"
 
 
-def test_p4info_names_what_the_controller_uses():
-    """Every table, action, digest and counter the controller addresses by name is in the P4Info."""
-    text = (BUILD_DIR / "pcn.p4info.txtpb").read_text()
-    for name in ("ipv4_routes", "forward", "ddl_pairs", "traffic_class", "set_ddl",
-                 "port_mode", "mode_droptail", "mode_ecn", "mode_pcn", "mode_pcn_host", "predrain_windows",
-                 "window_open", "pcn_start_codepoint", "burst_digest_t",
-                 "to_queue_port_class", "tx_port_class", "marked_port_class",
-                 "dropped_port_class"):
-        assert f'"{name}"' in text or f'.{name}"' in text, name
+# The names the controller addresses in the P4Info, with their fields and parameters:
+# tests/controller/test_p4info_names.py.

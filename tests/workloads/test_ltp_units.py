@@ -290,7 +290,7 @@ def test_early_close_on_the_threshold_once_every_last_datagram_is_in():
 def test_the_automatic_deadline_is_derived_from_the_ideal_exchange():
     from pcnlab.workloads.ltp.earlyclose import (AUTO_FACTOR, MIN_DEADLINE_S, UNMEASURED_DEADLINE_S,
                                                  hard_deadline_s)
-    from pcnlab.workloads.process_config import LTP_DEADLINE_MS
+    from pcnlab.workloads.ltp.earlyclose import LTP_DEADLINE_MS
 
     assert hard_deadline_s("auto") is None and hard_deadline_s(250) == 0.25 and hard_deadline_s(250.0) == 0.25
     ec = EarlyClose(deadline_s=None)

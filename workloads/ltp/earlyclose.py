@@ -44,7 +44,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pcnlab.workloads.process_config import AUTO, LTP_DEADLINE_MS
+# The defaults every layer takes from here (the YAML schema, JobSpec, the processes' configs):
+LTP_DEADLINE_MS = 500.0      # an iteration closes at the latest this long after its first datagram
+AUTO = "auto"                # ltp_deadline_ms: derived from the ideal exchange (hard_deadline_s)
+LTP_THETA_MIN = 0.8          # Early Close never takes less than this share of a worker's gradient
 
 GAIN = 2.0            # theta = 1 - GAIN x the loss estimate
 ALPHA = 0.25          # weight of the latest iteration's loss in the estimate

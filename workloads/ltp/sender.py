@@ -87,7 +87,7 @@ class LtpSender:
     def __init__(self, dest: tuple[str, int], tag: int, rank: int, layout: Layout, seed: int = 0,
                  bind_addr: str = "", idle_timeout_s: float = 60.0, min_window: int = 0):
         self.dest = dest
-        self.min_window = min_window     # transmissions always allowed outstanding (see ltp_ps.py)
+        self.min_window = min_window     # transmissions always allowed outstanding (see workloads/ltp_ps.py)
         self.tag, self.rank, self.layout, self.seed = tag, rank, layout, seed
         self.idle_timeout_s = idle_timeout_s
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

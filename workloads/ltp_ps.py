@@ -1,6 +1,6 @@
 """The parameter-server job over LTP (`transport: ltp`): the same ranks, model, data and optimizer as
-workloads/ps.py, but each worker's gradients reach its PS shards as LTP datagrams (sender.py), the
-shard averages what arrived (receiver.py, Early Close; fill.py, Bubble Filling), and the parameters go
+workloads/ps.py, but each worker's gradients reach its PS shards as LTP datagrams (ltp/sender.py), the shard averages
+what arrived (ltp/receiver.py, Early Close; ltp/fill.py, Bubble Filling), and the parameters go
 back to the workers over LTP with full delivery: the worker's receiver never closes an iteration
 before every chunk is in (theta 1, no deadline short of the job's timeout). gloo only brings the
 ranks together (rendezvous, one barrier).

@@ -1,0 +1,148 @@
+"""Jobs that share a port take turns, or collide: per job, how much of its communication at the shared port
+overlapped another job's, what the overlap cost it, and the figures a plan to interleave them starts
+from (controller/interleave.py's JobPhase: a period, a communication time, a start). Computed from one
+run's own tables (the iterations at the bottleneck, iterations.csv, and the workers' logs), so a run
+folder is enough; the report puts each job beside the same job alone (`alone: true`,
+analysis/interference_report.py).
+
+Definitions, per job at the port (times in its switch's clock, µs):
+
+- its communication in an iteration: first data packet in to last out (the iteration's BCT interval),
+  for the iterations its workers' logs close (`closed_by_logs`);
+- its iteration: its workers' start to start of communication, from their logs (`start_gaps_ms`);
+- **overlap fraction**: the time of its communications during which another job's communication was
+  under way at the port too, over the time of all its communications;
+- **stretch**: what the overlap added to an iteration's communication, the BCT above the job's clean BCT
+  (the median BCT of its iterations that overlapped nothing, in this run: the same network, background
+  and mode), and never more than the overlap itself; averaged over all its iterations;
+- **ideal iteration**: its iteration (the workers' start to start) minus the stretch, the iteration it
+  would have had if its communication had never overlapped another job's: what interleaving could
+  recover, measured in the run itself rather than taken from a run alone, which also lacks the other
+  job's load outside the overlaps. A generator clocked by `period_ms` starts its bursts on the clock, not
+  after its communication, so its ideal never falls below its period. Null when no iteration was clean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals as disjoint, sorted intervals."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def covered_by(a: float, b: float, union: list[tuple[float, float]]) -> float:
+    """How much of [a, b] the disjoint, sorted intervals cover."""
+    return float(sum(max(0.0, min(b, y) - max(a, x)) for x, y in union if x < b and y > a))
+
+
+def overlap_us(table: pd.DataFrame) -> pd.Series:
+    """Per iteration row at one port: the µs of its communication ([first_in_us, last_out_us]) during which
+    another job's was under way there too."""
+    out = pd.Series(0.0, index=table.index)
+    if table.empty:
+        return out
+    for job in table["job"].unique():
+        others = table[table["job"] != job]
+        union = merged(list(zip(others["first_in_us"].astype(float), others["last_out_us"].astype(float))))
+        mine = table[table["job"] == job]
+        out[mine.index] = [covered_by(float(a), float(b), union)
+                           for a, b in zip(mine["first_in_us"], mine["last_out_us"])]
+    return out
+
+
+def job_figures(rows: pd.DataFrame, gaps_ms: list[float], comm_ms: list[float], period_ms: float) -> dict:
+    """One job's figures from its iteration rows at the port (with their `overlap_us`), its workers'
+    iteration times and communication times (ms, from their logs) and its configured period (0: none)."""
+    rows = rows.sort_values("first_in_us")
+    bct_us = (rows["last_out_us"] - rows["first_in_us"]).astype(float).clip(lower=1.0)
+    over = rows["overlap_us"].astype(float)
+    clean = bct_us[over <= 0]
+    clean_us = float(clean.median()) if len(clean) else None
+    iteration = float(np.mean(gaps_ms)) if gaps_ms else None
+    stretch = None
+    if clean_us is not None and len(rows):
+        stretch = float(np.minimum(over, (bct_us - clean_us).clip(lower=0)).where(over > 0, 0).mean()) / 1000
+    ideal = max(period_ms, iteration - stretch) if iteration is not None and stretch is not None else None
+    starts = rows["first_in_us"].astype(float).to_numpy()
+    return {
+        "iterations": int(len(rows)),
+        "iteration_ms": iteration,
+        "comm_ms": float(np.mean(comm_ms)) if comm_ms else None,
+        "bct_ms": float(bct_us.mean()) / 1000 if len(rows) else None,
+        "overlap_fraction": float(over.sum() / bct_us.sum()) if len(rows) else None,
+        "overlapped_iterations": int((over > 0).sum()),
+        "clean_bct_ms": clean_us / 1000 if clean_us is not None else None,
+        "stretch_ms": stretch,
+        "ideal_iteration_ms": ideal,
+        # what a plan starts from (controller/interleave.py JobPhase): its rhythm at the port, its
+        # communication when nothing overlaps it (else its median), and its last start there
+        "period_ms": float(np.median(np.diff(starts))) / 1000 if len(starts) > 1 else None,
+        "plan_comm_ms": (clean_us if clean_us is not None else float(bct_us.median())) / 1000 if len(rows) else None,
+        "last_start_us": float(starts[-1]) if len(starts) else None,
+    }
+
+
+def closed_by_logs(table: pd.DataFrame, workers: pd.DataFrame, jobs: dict[int, dict]) -> pd.Series:
+    """Per iteration row: its workers logged its end (comm_end_ns, host clock) no earlier than its last packet
+    left the port. A worker's communication ends with the PS's answer, after its gradients left; a row
+    that ends later took in packets of iterations no log recorded (a job cut at the run's end: their
+    packets are attributed to its last logged iteration), and is no one iteration."""
+    if table.empty or workers.empty:
+        return pd.Series(False, index=table.index)
+    ids = {j["name"]: int(jid) for jid, j in jobs.items()}
+    ends = workers.groupby(["job", "iter"])["comm_end_ns"].max()
+    end = {(ids[job], int(k)): float(v) for (job, k), v in ends.items() if job in ids}
+    last_out_ns = table["first_in_ns"].astype(float) + (table["last_out_us"] - table["first_in_us"]).astype(float) * 1000
+    logged = [end.get((int(j), int(k)), -np.inf) for j, k in zip(table["job"], table["iteration"])]
+    return pd.Series(last_out_ns.to_numpy() <= np.asarray(logged), index=table.index)
+
+
+def start_gaps_ms(workers: pd.DataFrame) -> dict[str, list[float]]:
+    """Per job: its workers' iteration times as start to start of their communication (comm_start_ns), ms.
+    Not the compute starts training.iteration_ms counts from: a generator logs as an iteration's compute
+    start the previous answer's arrival, so its first compute start (the clock's) makes a short first gap."""
+    out: dict[str, list[float]] = {}
+    if workers.empty:
+        return out
+    for (job, _), rows in workers.sort_values("iter").groupby(["job", "host"]):
+        out.setdefault(str(job), []).extend(np.diff(rows["comm_start_ns"].to_numpy(dtype=float)) / 1e6)
+    return out
+
+
+def comm_times_ms(workers: pd.DataFrame) -> dict[str, list[float]]:
+    """Per job: each worker's communication per iteration (comm_start_ns to comm_end_ns, ms), from its log."""
+    if workers.empty:
+        return {}
+    comm = (workers["comm_end_ns"] - workers["comm_start_ns"]) / 1e6
+    return {str(job): [float(v) for v in values if np.isfinite(v)] for job, values in comm.groupby(workers["job"])}
+
+
+def interference_metrics(table: pd.DataFrame, jobs: dict[int, dict], workers: pd.DataFrame,
+                         port: tuple[str, int] | None) -> dict:
+    """metrics.json `interference`: per job (by name) its figures at the shared port (`job_figures`, over the
+    iterations its workers' logs close: `closed_by_logs`; `left_out`: the others), and the share of all
+    the jobs' communication time there that overlapped another job's."""
+    out: dict = {"port": {"switch": port[0], "port": port[1]} if port else None, "jobs": {}, "overlap_fraction": None}
+    gaps, comm = start_gaps_ms(workers), comm_times_ms(workers)
+    closed = closed_by_logs(table, workers, jobs)
+    kept = table[closed]
+    kept = kept.assign(overlap_us=overlap_us(kept))
+    for job_id, job in sorted(jobs.items()):
+        name = job["name"]
+        rows = kept[kept["job"] == int(job_id)]
+        period = float(job.get("period_ms") or 0) if job.get("kind") == "generator" else 0.0
+        out["jobs"][name] = {**job_figures(rows, gaps.get(name, []), comm.get(name, []), period),
+                             "left_out": int(((table["job"] == int(job_id)) & ~closed).sum()) if not table.empty else 0}
+    if not kept.empty:
+        bct = (kept["last_out_us"] - kept["first_in_us"]).astype(float).clip(lower=1.0)
+        out["overlap_fraction"] = float(kept["overlap_us"].sum() / bct.sum())
+    return out
