@@ -252,7 +252,8 @@ def plot_peak_to_mean(path: Path, report: Report, colours: dict[str, str]) -> Pa
         curves = [dig(r.metrics, "burstiness.peak_to_mean") for r in point.runs]
         curves = [c for c in curves if c]
         if curves:
-            ys = [np.nanmean([np.nan if c.get(f"{s}ms") is None else c[f"{s}ms"] for c in curves]) for s in scales]
+            values = [[c[f"{s}ms"] for c in curves if c.get(f"{s}ms") is not None] for s in scales]
+            ys = [float(np.mean(v)) if v else np.nan for v in values]        # a scale no run measured: no point
             own = [s / point.runs[0].time_scale for s in scales]     # bins in the experiment's own units
             ax.plot(own, ys, "o-", color=colours[point.name], label=point.name)
     ax.set_xscale("log")

@@ -211,11 +211,14 @@ def _cmd_queues(args) -> int:
 
 
 def _cmd_view(args) -> int:
+    if args.bins < 100:
+        raise UsageError(f"--bins {args.bins}: give at least 100 (time bins over the run; default 4000)")
+    from pcnlab.analysis.results import run_folders
+
+    run_folders(Path(args.dir))         # a wrong folder is one line before Bokeh and the plots are loaded
     from pcnlab.analysis.view import write_view
     from pcnlab.analysis.view_data import Decimation
 
-    if args.bins < 100:
-        raise UsageError(f"--bins {args.bins}: give at least 100 (time bins over the run; default 4000)")
     write_view(Path(args.dir), args.out, Decimation(bins=args.bins))
     return 0
 

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import needs_root
 
 LINE = re.compile(r"^(OK|MISSING|NOTE)\s+[\w ./-]+: .+$")
@@ -19,8 +21,15 @@ def doctor(*, user=None, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_every_line_is_a_verdict():
-    proc = doctor()
+@pytest.fixture(scope="module")
+def as_is():
+    """One `pcnlab doctor` of this machine as it is, which the tests reading its lines share (it probes for
+    real: several seconds)."""
+    return doctor()
+
+
+def test_every_line_is_a_verdict(as_is):
+    proc = as_is
     lines = proc.stdout.strip().splitlines()
     checks, verdict = lines[:-1], lines[-1]
     assert len(checks) >= 10
@@ -37,8 +46,8 @@ def test_every_line_is_a_verdict():
                        "something needed is missing: see the lines above")
 
 
-def test_tools_report_versions_and_the_kernel():
-    out = doctor().stdout
+def test_tools_report_versions_and_the_kernel(as_is):
+    out = as_is.stdout
     if shutil.which("p4c"):
         assert re.search(r"^OK\s+p4c: p4c \d+\.\d+", out, re.M)
     if shutil.which("simple_switch_grpc"):
@@ -52,8 +61,8 @@ def test_tools_report_versions_and_the_kernel():
 
 
 @needs_root
-def test_qdiscs_are_probed_for_real():
-    line = next(ln for ln in doctor().stdout.splitlines() if "kernel qdiscs" in ln)
+def test_qdiscs_are_probed_for_real(as_is):
+    line = next(ln for ln in as_is.stdout.splitlines() if "kernel qdiscs" in ln)
     # htb is what the bridge variant shapes with; every Mininet kernel has it.
     assert "have htb" in line
 

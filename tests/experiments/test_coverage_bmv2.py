@@ -33,10 +33,10 @@ mode: {{kind: pcn, K: 40, K_pre: 10}}
 telemetry: 1
 jobs:
   - {{name: gen, kind: generator, pattern: ps, ps: {ps}, workers: {workers}, burst_bytes: 40000,
-     reply_bytes: 1000, period_ms: {period}, iterations: 40, burst_gap_us: 50000, cc: cubic, ecn: true}}
+     reply_bytes: 1000, period_ms: {period}, iterations: 30, burst_gap_us: 50000, cc: cubic, ecn: true}}
 background:
   - {{src: {background}, dst: {ps}, cc: cubic, ecn: true}}
-duration_s: 22
+duration_s: 15
 warmup_s: 3
 """
 

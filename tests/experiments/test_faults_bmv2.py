@@ -20,7 +20,7 @@ from small_experiment import small_experiment
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
-SPEC = small_experiment("crash", "pcn", 30, 16)
+SPEC = small_experiment("crash", "pcn", 30, 12)
 
 
 def _wait_for(predicate, timeout: float, what: str):
