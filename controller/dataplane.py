@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import finsy as fy
 
 HOLD_US = 100_000   # pcn-host: an announcement holds K_pre for at most this long (when its burst never comes)
+DROP_NON_ECT = False   # pcn: drop background non-ECT packets above K_pre inside a window
+COUNT_ANNOUNCEMENTS = True   # pcn-host: queued announcements count in the depth it marks at
 BURST_MIN_PAYLOAD = 64   # bytes of L4 payload a packet needs to start a burst (pure ACKs never do)
 FACTS = program_facts()  # generated from p4src/ by `make p4` (p4src/facts.py)
 MAX_PORTS = FACTS["MAX_PORTS"]
@@ -101,9 +103,9 @@ class PortMode:
     mode: str = DROPTAIL
     k: int = K
     k_pre: int = K_PRE
-    drop_non_ect: bool = False  # pcn: drop background non-ECT packets above k_pre inside a window
+    drop_non_ect: bool = DROP_NON_ECT  # pcn: drop background non-ECT packets above k_pre inside a window
     hold_us: int = HOLD_US      # pcn-host: an announcement holds K_pre for at most this long
-    count_announcements: bool = True  # pcn-host: queued announcements count in the depth it marks at
+    count_announcements: bool = COUNT_ANNOUNCEMENTS  # pcn-host: queued announcements count in its depth
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -54,7 +54,10 @@ class Window:
         return self.start_us < other.end_us and other.start_us < self.end_us
 
 
-def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: float = 2.0) -> Window:
+SPREAD = 2.0      # windows reach this x the predicted jitter either side (bench: coverage against cost)
+
+
+def plan_window(prediction: Prediction, lead_us: int, guard_us: int, spread: float = SPREAD) -> Window:
     """The window for `prediction`'s burst: [s - m - lead, s + max(guard, m)) with m = spread x jitter, or
     the prediction's own reach either side (early_us, late_us: chain.reach) when it has one."""
     margin = spread * prediction.jitter_us
@@ -73,7 +76,7 @@ GUARD_US = 1000   # a window stays open at least this long after the predicted s
 class PlannerConfig:
     k_pre: int = K_PRE            # a port whose standing queue is no deeper needs no window
     guard_us: int = GUARD_US      # at least this long after the predicted start
-    spread: float = 2.0           # windows reach spread x the predicted jitter either side (bench: coverage/cost)
+    spread: float = SPREAD        # windows reach spread x the predicted jitter either side
     lead_us: int | None = None    # a fixed lead; None: learned per key (lead.py)
     rtt_us: int = LeadConfig.rtt_us             # the background's base RTT, for the first learned lead
     max_lead_share: float = LeadConfig.max_share   # a learned lead stays below this share of the period

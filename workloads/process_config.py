@@ -30,6 +30,7 @@ MODEL = "mlp"                # catalog.MODELS
 PROFILE_SCALE = 0.01         # gradient profiles: each layer's size times this
 BATCH = 32                   # samples per worker per iteration
 LR = 0.05                    # SGD's learning rate
+MOMENTUM = 0.0               # SGD's momentum (not a file key: a job spec's, for tests and the bench)
 EVAL_EVERY = 10              # real models: test accuracy every this many iterations and at the end (0: the end)
 BUCKET_MB = 25.0             # ring: all_reduce buckets like DDP's (0: one all_reduce per tensor)
 
@@ -51,7 +52,7 @@ class TrainConfig:
     eval_every: int = EVAL_EVERY
     batch: int = BATCH
     lr: float = LR
-    momentum: float = 0.0
+    momentum: float = MOMENTUM
     compute_ms: float = 0.0          # pad each worker's compute phase to at least this (an accelerator's time)
     bucket_mb: float = BUCKET_MB
     seed: int = 0

@@ -15,7 +15,7 @@ from pcnlab.workloads.catalog import check_model
 from pcnlab.workloads.compression_methods import DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO, check_compression
 from pcnlab.workloads.ltp.earlyclose import AUTO, LTP_DEADLINE_MS, LTP_THETA_MIN
 from pcnlab.workloads.process_config import (BATCH, BUCKET_MB, BURST_BYTES, BURST_PATTERNS, EVAL_EVERY, ITERATIONS, LR,
-                                             MODEL, PROFILE_SCALE, TRANSPORTS)
+                                             MODEL, MOMENTUM, PROFILE_SCALE, TRANSPORTS)
 from pcnlab.workloads.containers import ContainerSpec
 
 JOB_KINDS = ("ps", "ring", "burst", "torchrun")
@@ -45,7 +45,7 @@ class JobSpec:
     profile_scale: float = PROFILE_SCALE
     batch: int = BATCH
     lr: float = LR
-    momentum: float = 0.0
+    momentum: float = MOMENTUM
     bucket_mb: float = BUCKET_MB
     eval_every: int = EVAL_EVERY     # real models: test accuracy every this many iterations and at the end
     dump_tensors: bool = False       # write every iteration's tensors to jobs/<job>/tensors (small models)

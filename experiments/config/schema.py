@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from pcnlab.analysis.fidelity_limits import FidelityConfig
-from pcnlab.controller.dataplane import (BURST_MIN_PAYLOAD, HOLD_US, MAX_BURST_GAP_US, MAX_JOB_ID, MAX_PAYLOAD,
-                                         MAX_QDEPTH, MAX_TELEMETRY_EVERY)
+from pcnlab.controller.dataplane import (BURST_MIN_PAYLOAD, COUNT_ANNOUNCEMENTS, DROP_NON_ECT, HOLD_US, MAX_BURST_GAP_US,
+                                         MAX_JOB_ID, MAX_PAYLOAD, MAX_QDEPTH, MAX_TELEMETRY_EVERY)
 from pcnlab.controller.modes import DROPTAIL, K, K_PRE, K_PRE_MODES, MARKING_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.controller.windows import GUARD_US
@@ -233,10 +233,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             min=0, max=MAX_BURST_GAP_US, scales=TIME),
         Key("guard_us", "int", GUARD_US, "pcn: how long after the predicted start the window stays open",
             unit="us", min=0, max=MAX_BURST_GAP_US, scales=TIME),
-        Key("drop_non_ect", "bool", False, "pcn: drop background non-ECT packets above K_pre inside a window"),
+        Key("drop_non_ect", "bool", DROP_NON_ECT, "pcn: drop background non-ECT packets above K_pre inside a window"),
         Key("announce_hold_us", "int", HOLD_US, "pcn-host: an announcement keeps K_pre for background at most "
             "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US, scales=TIME),
-        Key("count_announcements", "bool", True, "pcn-host: the announcements waiting in the queue count in "
+        Key("count_announcements", "bool", COUNT_ANNOUNCEMENTS, "pcn-host: the announcements waiting in the queue count in "
             "the depth it marks at (BMv2 counts packets, so a 115-byte PCN-START weighs as a full one; "
             "false: mark at the depth without them; pcn-training's start queue 5.4-5.9 with, 6.2-6.5 without)"),
     ),

@@ -115,7 +115,7 @@ def test_every_default_is_its_owners():
 
     from pcnlab.app.cli import build_parser
     from pcnlab.controller.lead import LeadConfig
-    from pcnlab.controller.windows import GUARD_US, PlannerConfig
+    from pcnlab.controller.windows import GUARD_US, SPREAD, PlannerConfig, plan_window
     from pcnlab.experiments.config.runs import ModeConfig
     from pcnlab.experiments.run_controller import start_slice_controller
 
@@ -128,6 +128,11 @@ def test_every_default_is_its_owners():
     assert default(PlannerConfig, "k_pre") == default(LeadConfig, "k_pre") == modes.K_PRE
     assert (mode["kind"].default, dataplane.PortMode().mode) == (modes.DROPTAIL, modes.DROPTAIL)
     assert (mode["guard_us"].default, mode["announce_hold_us"].default) == (GUARD_US, dataplane.HOLD_US)
+    assert (mode["drop_non_ect"].default, mode["count_announcements"].default) == \
+        (dataplane.DROP_NON_ECT, dataplane.COUNT_ANNOUNCEMENTS)
+    assert default(PlannerConfig, "spread") == inspect.signature(plan_window).parameters["spread"].default == SPREAD
+    assert default(specs.JobSpec, "momentum") == default(workload_config.TrainConfig, "momentum") == \
+        workload_config.MOMENTUM
     # Every mode key of the file, left out, is what the data plane and the planner do by themselves.
     assert dataplane.PortMode(**ModeConfig().port_mode_kwargs()) == dataplane.PortMode()
     assert PlannerConfig(**ModeConfig().planner_kwargs()) == PlannerConfig()
