@@ -302,10 +302,14 @@ def run_report(path: Path, baseline: str | None = None, include_untrusted: bool 
     return report
 
 
-def summarise_sweep(sweep_dir: Path, say=print, baseline: str | None = None) -> Report:
+def summarise_sweep(sweep_dir: Path, say=print, baseline: str | None = None, plots: bool = True) -> Report:
     """After `pcnlab run`: the report of the sweep just run, and where everything is."""
-    report = run_report(Path(sweep_dir), baseline, say=say)
-    say(f"results: {sweep_dir} (report.md, summary.json, plots; each run's folder has metrics.json and its "
-        "queue plot)")
+    report = run_report(Path(sweep_dir), baseline, plots=plots, say=say)
+    if plots:
+        say(f"results: {sweep_dir} (report.md, summary.json, plots; each run's folder has metrics.json and its "
+            "queue plot)")
+    else:
+        say(f"results: {sweep_dir} (report.md, summary.json; each run's folder has metrics.json; no plots: "
+            f"pcnlab report {sweep_dir} draws the sweep's plots and each run's view)")
     return report
 

@@ -97,6 +97,11 @@ def _fit(runs, calibration: dict | None, refuse: bool) -> None:
         raise UsageError(f"{verdict[0]}; or --force to run it anyway (expect runs marked untrusted)")
 
 
+def _pilot_mode(args) -> str:
+    """experiments/pilot.py: never with --force or --no-pilot, always with --pilot, else when worth it."""
+    return "never" if args.force or args.no_pilot else "always" if args.pilot else "auto"
+
+
 def _boxed(run) -> str:
     """Which of a run's jobs run in containers, and in which images."""
     images: dict[str, list[str]] = {}
@@ -118,6 +123,12 @@ def _cmd_run(args) -> int:
         if bmv2:
             print(f"calibration: {found.line()}")
         _fit(runs, found.data, refuse=False)
+        if bmv2 and _pilot_mode(args) != "never":
+            from pcnlab.experiments.pilot import plan_line
+
+            line = plan_line(runs, found.data, asked=args.pilot)
+            if line:
+                print(line)
         print(f"{experiment.name}: {len(runs)} run(s), valid")
         for run in runs:
             print(f"  {run.name}: {run.topology.kind}, {run.switch.kind}, mode {run.mode.kind}, "
@@ -135,7 +146,8 @@ def _cmd_run(args) -> int:
     # A verdict is measured against this machine: the first run on it measures it first.
     calibration = ensure_calibration(Path(args.results)) if bmv2 else None
     _fit(runs, calibration, refuse=not args.force)
-    outcomes = ExperimentRunner(experiment, Path(args.results), calibration=calibration).run_all()
+    outcomes = ExperimentRunner(experiment, Path(args.results), calibration=calibration,
+                                pilot=_pilot_mode(args), plots=not args.no_plots).run_all()
     failed = [o for o in outcomes if o.status != "finished"]
     return 130 if any(o.status == "aborted" for o in outcomes) else (1 if failed else 0)
 
@@ -257,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "start nothing")
     p.add_argument("--force", action="store_true", help="run even when the fit estimate says the runs will not "
                    "keep up on this machine")
+    from pcnlab.experiments.pilot import PILOT_S, WORTH
+
+    pilot = p.add_mutually_exclusive_group()
+    pilot.add_argument("--pilot", action="store_true", help="rehearse the heaviest run briefly first and refuse "
+                       f"the sweep if it is untrusted here (by default: sweeps of {WORTH * PILOT_S:g} s or more, once per "
+                       "calibration)")
+    pilot.add_argument("--no-pilot", action="store_true", help="no rehearsal before the sweep")
+    p.add_argument("--no-plots", action="store_true", help="the tables only, no plots or views (faster on a "
+                   "slow machine; pcnlab report draws them later)")
     p.add_argument("--results", default="results", help="results folder (default: results)")
     p.add_argument("--cluster", nargs="?", const="", metavar="ADDRESS", help="run the sweep on the Ray cluster at "
                    "ADDRESS (host:port; alone: $RAY_ADDRESS), one run per machine at a time; the folders come "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -206,8 +206,11 @@ class ExperimentRunner:
     is judged by (copied into each run folder as calibration.json; default: this machine's file)."""
 
     def __init__(self, experiment: Experiment, results_root: Path = Path("results"), say=print,
-                 calibration: dict | None = None, stamp: str | None = None):
+                 calibration: dict | None = None, stamp: str | None = None, pilot: str = "never",
+                 plots: bool = True):
         self.experiment = experiment
+        self.pilot = pilot                    # auto | always | never: experiments/pilot.py
+        self.plots = plots                    # each run's queue plot and view, the sweep's plots
         self.results_root = Path(results_root)
         self.say = say
         self.stamp = stamp or timestamp()     # a cluster's node: the submitter's, so its folder lands in the sweep
@@ -222,6 +225,11 @@ class ExperimentRunner:
 
         runs = self.experiment.runs()
         images = prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
+        if self.pilot != "never":
+            from pcnlab.experiments.pilot import check as pilot_check
+
+            pilot_check(runs, lambda run: self._pilots().run_one(run, images), self.calibration,
+                        asked=self.pilot == "always", say=self.say)
         outcomes: list[RunOutcome] = []
         started = time.monotonic()
         for index, run in enumerate(runs, 1):
@@ -231,8 +239,13 @@ class ExperimentRunner:
             if outcome.status == "aborted":
                 break
         if outcomes:
-            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline)
+            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
         return outcomes
+
+    def _pilots(self) -> "ExperimentRunner":
+        """Where a pilot (experiments/pilot.py) runs: results/<experiment>-pilot/, quiet, no plots."""
+        return ExperimentRunner(replace(self.experiment, name=f"{self.experiment.name}-pilot"),
+                                self.results_root, say=lambda line: None, calibration=self.calibration, plots=False)
 
     def run_one(self, run: RunConfig, images: dict, node: dict | None = None) -> RunOutcome:
         """One run of the sweep in its folder, analysed and judged; a failure or Ctrl-C is its outcome
@@ -254,7 +267,7 @@ class ExperimentRunner:
                     write_json(folder.path / "calibration.json", self.calibration)
                 RunExecution(run, folder, self.say).execute()
                 try:
-                    outcome.metrics = analyse_run(folder.path)
+                    outcome.metrics = analyse_run(folder.path, plots=self.plots)
                     outcome.fidelity = check_run(folder.path)
                 except Exception as exc:  # noqa: BLE001 -- a defect in reading one run loses neither it nor the sweep
                     raise AnalysisFailed(

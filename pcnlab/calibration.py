@@ -20,6 +20,8 @@ on the no-logging build with full-size frames (pcnlab.rates.FRAME_BYTES):
                      many PyTorch workers (a ps job, mlp) ran beside the switch while it still held rate_mbps
                      on a backlogged port with BMv2 under the fidelity check's CPU limit (fit), and
                      with the machine also at least that check's idle share (fit_with_idle)
+    pilots           {shape: {"trusted", "reason", "folder", "time_scale", "measured"}}: the verdicts of
+                     runs rehearsed here before their sweeps (experiments/pilot.py), by the run's shape
 """
 
 from __future__ import annotations
@@ -134,6 +136,19 @@ def save_calibration(data: dict, path: Path | None = None) -> Path:
             "machine": identity, **{k: v for k, v in data.items() if k != "path"}}
     write_json(path, body)
     return path
+
+
+def record_pilot(calibration: dict, shape: str, verdict: dict) -> None:
+    """Keep a pilot's verdict in the calibration (in memory, and in its file when it has one)."""
+    calibration.setdefault("pilots", {})[shape] = verdict
+    path = calibration.get("path")
+    if path:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return              # gone or damaged since: the next run measures the machine again
+        data.setdefault("pilots", {})[shape] = verdict
+        write_json(Path(path), data)
 
 
 def describe(calibration: dict | None) -> str:

@@ -6,12 +6,14 @@ never replace them with a stand-in.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -105,13 +107,53 @@ def session_calibration_file(tmp_path_factory) -> Path:
         os.environ["PCNLAB_CALIBRATION"] = saved
 
 
+# The session's first run: a user's first `pcnlab run` on a machine whose calibration file is another
+# machine's (here: this one's identity under another host name): it must keep that file, measure this
+# machine and judge the run by it (tests/experiments/test_calibrate_bmv2.py reads what it said).
+FIRST_RUN = """
+name: tiny
+topology: {kind: star, hosts: 2, bw: 10, queue: 60}
+mode: {kind: ecn, K: 20}
+telemetry: 1
+background:
+  - {src: h2, dst: h1}
+duration_s: 4
+warmup_s: 0
+"""
+FOREIGN_HOST = "another-machine"
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    """What the session's first `pcnlab run` met, said and left."""
+
+    foreign: dict                           # the other machine's calibration it found
+    proc: subprocess.CompletedProcess
+    results: Path
+
+
 @pytest.fixture(scope="session")
-def machine_calibration(session_calibration_file, tmp_path_factory) -> dict:
-    """This machine's calibration (the session's file, measured now if no run has yet): what a test
-    that asserts trust, or takes a margin from the machine, judges by."""
+def first_run(session_calibration_file, tmp_path_factory) -> FirstRun:
     reason = _why_no_bmv2()
     if reason:
         pytest.skip(reason)
+    from pcnlab.calibration import machine_identity
+
+    foreign = {"kind": "quick", "measured": "2026-01-01T00:00:00", "forward_pps": {"off": 1000.0, "every1": 500.0},
+               "idle_lag_us": {"p50": 1.0, "p95": 2.0, "n": 1}, "machine": {**machine_identity(), "host": FOREIGN_HOST}}
+    session_calibration_file.write_text(json.dumps(foreign))
+    folder = tmp_path_factory.mktemp("first-run")
+    (folder / "tiny.yaml").write_text(FIRST_RUN)
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(folder / "tiny.yaml"), "--results",
+                           str(folder / "r"), "--no-plots"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return FirstRun(foreign, proc, folder / "r")
+
+
+@pytest.fixture(scope="session")
+def machine_calibration(first_run, tmp_path_factory) -> dict:
+    """This machine's calibration (the session's file, measured by the session's first run; measured
+    now if that run could not): what a test that asserts trust, or takes a margin from the machine,
+    judges by."""
     from pcnlab.experiments.calibrate import ensure_calibration
 
     return ensure_calibration(tmp_path_factory.mktemp("calibrate"))
@@ -158,12 +200,14 @@ def module_results():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_experiment(text: str, results: Path, name: str, timeout: float = 300) -> Path:
+def run_experiment(text: str, results: Path, name: str, timeout: float = 300, plots: bool = False) -> Path:
     """`pcnlab run` of the experiment `text` (written to results/<name>.yaml) into results/<name>, from
-    the project's folder; asserts it succeeded and returns that results folder."""
+    the project's folder; asserts it succeeded and returns that results folder. Without plots and views
+    unless `plots` (they cost ~5 s a sweep; the tests of plots and views ask for them)."""
     spec = results / f"{name}.yaml"
     spec.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results / name)],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results / name),
+                           *([] if plots else ["--no-plots"])],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results / name

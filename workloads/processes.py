@@ -25,6 +25,10 @@ from pcnlab.workloads.hosts import Hosts
 from pcnlab.workloads.specs import FlowSpec, JobSpec
 
 STOP_GRACE_S = 2.0
+# A rank that fails with an error may be the echo of a peer's death seen later: a container's `podman
+# run` exits 140-175 ms after its process is SIGKILLed, its peers' 20-90 ms after that (measured), and
+# a busy machine can swap them. How long a failure waits for the rest to end before naming its cause.
+ECHO_S = 2.0
 
 
 class WorkloadError(PcnLabError):
@@ -163,13 +167,25 @@ class ProcessGroup:
                     newly.append(p)
         return newly
 
+    def _echoes(self) -> list[WorkloadProcess]:
+        """The processes that failed within ECHO_S of a failure, waiting no longer than until all ended."""
+        deadline, seen = time.monotonic() + ECHO_S, []
+        while time.monotonic() < deadline and any(p.returncode is None for p in self.procs if p.popen):
+            seen += [p for p in self._poll() if p.returncode != 0]
+            if any(p.returncode < 0 for p in seen):
+                break
+            time.sleep(0.01)
+        return seen
+
     def check(self) -> bool:
         """True once every process has ended well; WorkloadError (after stopping the rest) on a failure."""
         if self.failure:
             raise WorkloadError(self.failure)
         failed = [p for p in self._poll() if p.returncode != 0]
+        if failed and all(p.returncode > 0 for p in failed):
+            failed += self._echoes()
         if failed:
-            # Of those seen failing in the same look, a killed process is the cause, the rest its echo.
+            # Of those seen failing together, a killed process is the cause, the rest its echo.
             first = sorted(failed, key=lambda p: (p.returncode >= 0, p.rank))[0]
             self.stop()
             error = first.last_error()

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import time
 
-from conftest import needs_bmv2
+from pathlib import Path
+
+from conftest import FOREIGN_HOST, needs_bmv2
 from pcnlab.ledger import LedgerData, is_running
 
 
@@ -44,16 +46,6 @@ def test_sigterm_stops_calibrate_and_leaves_nothing(tmp_path):
 
 # --- a machine judged by its own measure ---------------------------------------------------------------
 
-TINY = """
-name: tiny
-topology: {kind: star, hosts: 2, bw: 10, queue: 60}
-mode: {kind: ecn, K: 20}
-telemetry: 1
-background:
-  - {src: h2, dst: h1}
-duration_s: 4
-warmup_s: 0
-"""
 
 
 @needs_bmv2
@@ -75,27 +67,21 @@ def test_the_quick_calibration_measures_this_machine(machine_calibration):
 
 
 @needs_bmv2
-def test_a_foreign_calibration_is_kept_and_the_machine_measured_before_the_run(tmp_path, machine_calibration):
-    foreign = {**machine_calibration, "machine": {**machine_calibration["machine"], "host": "another-machine"}}
-    foreign.pop("path")
-    path = tmp_path / "calibration.json"
-    path.write_text(json.dumps(foreign))
-    spec = tmp_path / "tiny.yaml"
-    spec.write_text(TINY)
-    env = dict(os.environ, PCNLAB_CALIBRATION=str(path))
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(tmp_path / "r")],
-                          capture_output=True, text=True, env=env, timeout=300)
+def test_a_foreign_calibration_is_kept_and_the_machine_measured_before_the_run(first_run, machine_calibration):
+    """The session's first `pcnlab run` (conftest.py) found another machine's calibration in its file."""
+    from pcnlab.calibration import read_calibration
+
+    path = Path(machine_calibration["path"])
+    proc = first_run.proc
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = proc.stdout.splitlines()
     named = [line for line in said if line.startswith("calibration: ")]
-    assert len(named) == 1 and str(path) in named[0] and "host 'another-machine'" in named[0], said
+    assert len(named) == 1 and str(path) in named[0] and f"host '{FOREIGN_HOST}'" in named[0], said
     assert sum(line.startswith("calibrating: ") for line in said) == 1
-    (kept,) = tmp_path.glob("calibration.foreign-*.json")          # nothing lost
-    assert json.loads(kept.read_text()) == foreign
-    from pcnlab.calibration import read_calibration
-
+    (kept,) = path.parent.glob("calibration.foreign-*.json")          # nothing lost
+    assert json.loads(kept.read_text()) == first_run.foreign
     found = read_calibration(path)
     assert found.state == "ok" and found.data["kind"] == "quick"
-    (run,) = (tmp_path / "r" / "tiny").glob("2*/run")
+    (run,) = (first_run.results / "tiny").glob("2*/run")
     assert json.loads((run / "calibration.json").read_text())["measured"] == found.data["measured"]
     assert json.loads((run / "fidelity.json").read_text())["checks"]["calibration"]["source"] == str(path)

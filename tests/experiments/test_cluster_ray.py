@@ -171,18 +171,6 @@ def test_no_cluster_at_the_address_is_one_line(address, words, tmp_path):
     assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1
 
 
-def test_a_cluster_without_pcnlab_machines_is_one_line(tmp_path):
-    from ray.cluster_utils import Cluster
-
-    bare = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        done = _pcnlab("run", str(_spec(tmp_path)), "--cluster", bare.address, timeout=120)
-    finally:
-        bare.shutdown()
-    assert done.returncode == 2, done.stderr
-    assert "has no node offering pcnlab" in done.stderr and done.stderr.count("\n") == 1
-
-
 def test_status_lists_each_machine_with_its_commit_and_calibration(cluster):
     import subprocess as sp
 
@@ -194,19 +182,26 @@ def test_status_lists_each_machine_with_its_commit_and_calibration(cluster):
     assert all(head[:12] in r and (" no " in r or " yes " in r) for r in rows), done.stdout
 
 
-def test_a_node_without_root_refuses_in_one_line(tmp_path):
-    """A machine whose Ray runs as a user (here: nobody, joined to a head that offers no pcnlab) cannot
-    start networks: the sweep stops in one line naming it."""
+def test_a_cluster_without_pcnlab_machines_then_a_node_without_root_refuse_in_one_line(tmp_path):
+    """A head that offers no pcnlab: one line. Then a machine whose Ray runs as a user (here: nobody,
+    joined to that head) cannot start networks: the sweep stops in one line naming it."""
     import pwd
     import shutil
 
     from ray.cluster_utils import Cluster
 
+    head = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
+        done = _pcnlab("run", str(_spec(tmp_path)), "--cluster", head.address, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert "has no node offering pcnlab" in done.stderr and done.stderr.count("\n") == 1
         pwd.getpwnam("nobody")
     except KeyError:
+        head.shutdown()
         pytest.skip("no user nobody on this machine to run a Ray node as")
-    head = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    except BaseException:
+        head.shutdown()
+        raise
     import tempfile
 
     temp = Path(tempfile.mkdtemp(prefix="pcnlab-ray-nobody-"))      # in /tmp: the user can reach it

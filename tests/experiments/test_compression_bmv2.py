@@ -52,7 +52,7 @@ sweep:
 def run(tmp_path: Path, **fields) -> list[RunData]:
     path = tmp_path / f"{fields['name']}.yaml"
     path.write_text(JOB.format(**fields))
-    done = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(path)], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(path), "--no-plots"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return [RunData(p) for p in run_folders(tmp_path / "results" / fields["name"])]

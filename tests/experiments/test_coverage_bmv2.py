@@ -15,7 +15,7 @@ from conftest import needs_bmv2, run_experiment
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
-PERIOD_MS = 400
+PERIOD_MS = 300
 
 TOPOLOGIES = {
     # The paper's tree: workers on the leaves, the PS behind the root (two switches on every path).
@@ -33,11 +33,11 @@ mode: {{kind: pcn, K: 40, K_pre: 10}}
 telemetry: 1
 jobs:
   - {{name: gen, kind: generator, pattern: ps, ps: {ps}, workers: {workers}, burst_bytes: 40000,
-     reply_bytes: 1000, period_ms: {period}, iterations: 30, burst_gap_us: 50000, cc: cubic, ecn: true}}
+     reply_bytes: 1000, period_ms: {period}, iterations: 28, burst_gap_us: 50000, cc: cubic, ecn: true}}
 background:
   - {{src: {background}, dst: {ps}, cc: cubic, ecn: true}}
-duration_s: 15
-warmup_s: 3
+duration_s: 12
+warmup_s: 2
 """
 
 

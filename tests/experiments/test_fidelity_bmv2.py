@@ -40,7 +40,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "light.yaml"
     spec.write_text(LIGHT)
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results), "--no-plots"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, results / "light"
 

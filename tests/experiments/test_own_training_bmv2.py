@@ -17,7 +17,7 @@ from pcnlab.workloads.containers import container_exists
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
-STEPS = 30
+STEPS = 20
 SPEC = """
 name: own
 topology: {{kind: star, hosts: 4, bw: 20, queue: 60}}

@@ -139,7 +139,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_earlier_results(tmp_path, stop):
     earlier = results / "tiny" / "2000-01-01T00-00-00" / "mode=ecn"
     earlier.mkdir(parents=True)
     (earlier / "status.json").write_text('{"status": "finished"}')
-    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(results), "--no-plots"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     run_dir = None
@@ -180,7 +180,7 @@ def test_a_failing_analysis_keeps_the_run_and_the_sweep_goes_on(tmp_path, monkey
 
     monkeypatch.setattr(analysis, "analyse_run", broken)
     said: list[str] = []
-    outcomes = ExperimentRunner(load_experiment(spec, []), tmp_path / "results", say=said.append).run_all()
+    outcomes = ExperimentRunner(load_experiment(spec, []), tmp_path / "results", say=said.append, plots=False).run_all()
     assert [o.status for o in outcomes] == ["failed", "finished"]
     assert "analysing its files failed (KeyError: 'bytes_filled')" in outcomes[0].error
     assert "--recompute" in outcomes[0].error
@@ -194,3 +194,17 @@ def test_a_failing_analysis_keeps_the_run_and_the_sweep_goes_on(tmp_path, monkey
     status = json.loads((outcomes[0].path / "status.json").read_text())
     assert status["status"] == "finished" and not status["analysis_failed"]
     assert (outcomes[0].path / "metrics.json").is_file()
+
+
+def test_a_sweep_run_without_plots_has_none_until_the_report_draws_them(first_run):
+    """`pcnlab run --no-plots` (the session's first run, conftest.py): the tables only; `pcnlab report`
+    then draws the sweep's plots and each run's view from the same files."""
+    from pcnlab.app.cli import main
+
+    assert first_run.proc.returncode == 0, first_run.proc.stdout + first_run.proc.stderr
+    sweep = next((first_run.results / "tiny").glob("2*"))
+    assert (sweep / "report.md").is_file() and (sweep / "run" / "metrics.json").is_file()
+    assert not list(sweep.rglob("*.png")) and not list(sweep.rglob("view.html"))
+    assert "no plots: pcnlab report " in first_run.proc.stdout
+    assert main(["report", str(sweep)]) == 0
+    assert (sweep / "run" / "view.html").is_file() and "## Each run, interactive" in (sweep / "report.md").read_text()

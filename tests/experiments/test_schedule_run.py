@@ -38,7 +38,7 @@ warmup_s: 1
 
 def test_flows_start_and_stop_on_schedule(tmp_path):
     (tmp_path / "sched.yaml").write_text(FILE)
-    done = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", "sched.yaml"], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", "sched.yaml", "--no-plots"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = RunData(run_folders(tmp_path / "results" / "sched")[0])

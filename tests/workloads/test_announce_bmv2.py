@@ -39,7 +39,7 @@ warmup_s: 0
 def test_pytorch_workers_announce_each_iteration_to_the_switch(tmp_path):
     spec = tmp_path / "announce.yaml"
     spec.write_text(EXPERIMENT)
-    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(tmp_path), "--no-plots"],
                           capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (folder,) = run_folders(tmp_path / "announce")

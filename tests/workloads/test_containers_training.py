@@ -17,8 +17,8 @@ from conftest import needs_podman
 
 pytestmark = needs_podman
 
+# The PS on digits-mlp, bare against boxed: tests/experiments/test_training_containers_bmv2.py, through BMv2.
 CASES = {
-    "ps": dict(kind="ps", servers=("h1",), workers=("h2", "h3"), model="digits-mlp"),
     "ring": dict(kind="ring", workers=("h1", "h2", "h3"), model="mlp"),
     "ltp": dict(kind="ps", servers=("h1",), workers=("h2", "h3"), model="mlp", transport="ltp"),
     "topk": dict(kind="ps", servers=("h1",), workers=("h2",), model="mlp", compression="topk",

@@ -77,7 +77,7 @@ jobs:
   - {{name: train, kind: ps, ps: h1, workers: [h2, h3], model: mlp, iterations: 5}}
 duration_s: 10
 """)
-    done = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(tmp_path / "results")],
+    done = subprocess.run([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--results", str(tmp_path / "results"), "--no-plots"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -117,10 +117,11 @@ for _ in range(3):
 
 def test_a_hooked_rank_that_ends_right_after_its_last_all_reduce_exits_cleanly(tmp_path):
     # Before hook.drain, gloo's thread released the last bucket's Python callback during interpreter
-    # shutdown and aborted the rank ("terminate called without an active exception"): 2 of 10 runs.
+    # shutdown and aborted the rank ("terminate called without an active exception"): 2 of 10 runs, so
+    # 6 runs miss it a quarter of the time, and CI runs the suite on every change.
     script = tmp_path / "exits_at_once.py"
     script.write_text(EXITS_AT_ONCE)
-    for i in range(10):
+    for i in range(6):
         job = Workloads(tmp_path / f"w{i}").start_job(JobSpec(name="quick", kind="torchrun", workers=("h1", "h2"),
                                                               argv=(str(script),)))
         job.wait(timeout=120)                     # WorkloadError, naming the status, if a rank crashed
