@@ -269,13 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "start nothing")
     p.add_argument("--force", action="store_true", help="run even when the fit estimate says the runs will not "
                    "keep up on this machine")
-    from pcnlab.experiments.pilot import PILOT_S, WORTH
+    from pcnlab.experiments.pilot import WORTH
 
     pilot = p.add_mutually_exclusive_group()
-    pilot.add_argument("--pilot", action="store_true", help="rehearse the heaviest run briefly first and refuse "
-                       f"the sweep if it is untrusted here (by default: sweeps of {WORTH * PILOT_S:g} s or more, once per "
-                       "calibration)")
-    pilot.add_argument("--no-pilot", action="store_true", help="no rehearsal before the sweep")
+    pilot.add_argument("--pilot", action="store_true", help="run the heaviest run first and stop the sweep if it "
+                       f"is untrusted here, naming the time_scale that is not (by default: sweeps of {WORTH} runs or "
+                       "more, once per calibration)")
+    pilot.add_argument("--no-pilot", action="store_true", help="the runs in their order, none judged first")
     p.add_argument("--no-plots", action="store_true", help="the tables only, no plots or views (faster on a "
                    "slow machine; pcnlab report draws them later)")
     p.add_argument("--results", default="results", help="results folder (default: results)")

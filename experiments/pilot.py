@@ -1,19 +1,21 @@
-"""The pilot: the sweep's heaviest run, rehearsed on this machine for a short while before the sweep and
-judged as every run is (analysis/fidelity.py). The fit (fit.py) estimates packets/s against the
-calibration; what no estimate sees is whether this machine gives the run's own mix of processes (PyTorch
-ranks, their containers, collectors, background senders) a CPU in time. Measured on a machine held to
-60 % with a hog: the fit passed pcn-training at 58 % of what a switch forwards, and its runs came out
-untrusted, BMv2's threads waiting for a CPU 43 % of the time; a full calibration's workers, flat out on
-one switch, still held the rate there. The run itself is the measure that cannot miss its own mix.
+"""The pilot: a sweep's heaviest run goes first and is judged as every run is (analysis/fidelity.py)
+before the rest; when it is untrusted the sweep stops there, the run is rehearsed once at the next whole
+time_scale, and the sweep is refused in one line naming that option when its rehearsal was trusted.
 
-A pilot runs when the sweep takes at least WORTH pilots' time (or when asked, `--pilot`), for at most
-PILOT_S times the run's time_scale, its folder kept under results/<experiment>-pilot/. An untrusted
-pilot is tried once more at the next whole time_scale; the sweep is then refused in one line naming
-that option when it was trusted, or saying it was not. Each verdict is kept in the calibration file
-under `pilots` (the run's shape: its configuration without its name, seed and length), so a shape is
-piloted once per calibration, that is once per machine and boot.
+Why a whole run. The fit (fit.py) estimates packets/s against the calibration; what no estimate sees is
+whether this machine gives the run's own mix of processes (PyTorch ranks, their containers, collectors,
+background senders) a CPU in time. A 23 s rehearsal of pcn-training on a machine held to 60 % with a hog
+was trusted while its three 70 s runs were not (2026-11-29): the port they failed on, a worker's, is
+backlogged only by the PS's replies, about 0.3 s in 23 s, too little to judge (min_backlog_s), and its
+rate while backlogged swung from 78 % to 98 % between 23 s stretches of one run. A run is judged over
+its whole length, so the pilot is the whole run; going first, a trusted pilot costs nothing.
 
-Hand-written: no library rehearses a testbed's run.
+When: sweeps of at least WORTH runs (a refused pilot costs at most one run and its rehearsal), or any
+with `--pilot`. Each verdict is kept in the calibration file under `pilots` by the run's shape (its
+configuration without its name and seed), so a shape is judged once per calibration, that is once per
+machine and boot: a shape already refused is refused before anything starts.
+
+Hand-written: no library gates a testbed's sweep on its own first run.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pcnlab.calibration import record_pilot
 from pcnlab.errors import PcnLabError, UsageError
 
-PILOT_S = 20.0        # a pilot's length at time_scale 1: a verdict needs a backlogged second and idle packets
-WORTH = 10            # a sweep is piloted when it is at least this many pilots long
+WORTH = 3             # a sweep of at least this many runs is piloted
 
 
 @dataclass(frozen=True)
@@ -47,25 +48,20 @@ class PilotVerdict:
 
 
 def shape(run) -> str:
-    """What a pilot's verdict is about: the run's configuration without its name, seed and length."""
+    """What a pilot's verdict is about: the run's configuration without its name and seed."""
     data = run.to_dict()
-    for key in ("run", "index", "repetition", "seed", "sweep", "source", "overrides", "description",
-                "duration_s", "schedule"):
+    for key in ("run", "index", "repetition", "seed", "sweep", "source", "overrides", "description"):
         data.pop(key, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def heaviest(runs, fits):
-    """The run to rehearse: most PyTorch processes, then the busiest switch; None without a BMv2 run."""
+    """The run to judge first: most PyTorch processes, then the busiest switch (the earliest of equals);
+    None without a BMv2 run."""
     judged = [(run, fit) for run, fit in zip(runs, fits) if fit.switch is not None]
     if not judged:
         return None
     return max(judged, key=lambda pair: (pair[1].torch_processes, pair[1].share or 0, pair[1].processes))[0]
-
-
-def worth(runs) -> bool:
-    """A sweep long enough that a pilot costs at most 1/WORTH of it."""
-    return sum(run.duration_s for run in runs) >= WORTH * PILOT_S
 
 
 def known(calibration: dict | None, run) -> PilotVerdict | None:
@@ -74,43 +70,15 @@ def known(calibration: dict | None, run) -> PilotVerdict | None:
     return PilotVerdict(**found) if isinstance(found, dict) else None
 
 
-def rehearsal(run):
-    """The run, short: PILOT_S (times its time_scale) at most, the schedule's changes inside it."""
-    length = min(run.duration_s, run.warmup_s + PILOT_S * run.time_scale)
-    return replace(run, name=f"pilot-{run.name}", duration_s=length,
-                   schedule=tuple(c for c in run.schedule if c.at_s < length))
-
-
-def fly(run, rehearse, calibration: dict, say=print) -> PilotVerdict:
-    """Rehearse `run` (`rehearse(short run)`: experiments/runner.py runs it in results/<experiment>-pilot/
-    and gives its RunOutcome) and keep its verdict."""
-    cached = known(calibration, run)
-    if cached is not None:
-        return cached
-    short = rehearsal(run)
-    scaled = f" at time_scale {run.time_scale:g}" if run.time_scale != 1 else ""
-    say(f"pilot: {run.name}{scaled} for {short.duration_s:g} s, judged as a run is, before the sweep "
-        f"(once per calibration; --no-pilot skips it)")
-    outcome = rehearse(short)
-    if outcome.status == "aborted":
-        raise KeyboardInterrupt
-    if outcome.status != "finished":
-        raise PcnLabError(f"the pilot of {run.name} failed ({outcome.error}); its files are in {outcome.path}")
-    reasons = outcome.fidelity.get("reasons") or []
-    verdict = PilotVerdict(bool(outcome.fidelity.get("trusted")), reasons[0] if reasons else "",
-                           str(outcome.path), float(run.time_scale), time.strftime("%Y-%m-%dT%H:%M:%S"))
-    record_pilot(calibration, shape(run), verdict.to_dict())
-    say(f"pilot: {'trusted' if verdict.trusted else 'untrusted'}"
-        + (f" ({verdict.reason})" if verdict.reason else "") + f"; {verdict.folder}")
-    return verdict
-
-
 def chosen(runs, calibration: dict | None, asked: bool):
-    """The run a pilot rehearses before this sweep, or None (no BMv2 run, not calibrated, not worth it)."""
+    """The sweep's pilot, or None (no BMv2 run, not calibrated, too short a sweep, judged trusted here)."""
     from pcnlab.experiments.fit import estimate
 
     run = heaviest(runs, estimate(runs, calibration)) if calibration else None
-    return run if run is not None and (asked or worth(runs) or known(calibration, run)) else None
+    if run is None or not (asked or len(runs) >= WORTH):
+        return None
+    found = known(calibration, run)
+    return None if found is not None and found.trusted else run
 
 
 def plan_line(runs, calibration: dict | None, asked: bool) -> str | None:
@@ -120,32 +88,70 @@ def plan_line(runs, calibration: dict | None, asked: bool) -> str | None:
         return None
     found = known(calibration, run)
     if found is not None:
-        return (f"pilot: {run.name}'s shape was rehearsed here {found.measured[:16]}: "
-                + ("trusted" if found.trusted else f"untrusted ({found.reason})"))
-    return f"pilot: {run.name} would be rehearsed for {rehearsal(run).duration_s:g} s before the sweep"
+        return f"pilot: {run.name}'s shape was judged here {found.measured[:16]}: untrusted ({found.reason})"
+    return f"pilot: {run.name} runs first; if it is untrusted the sweep stops there"
 
 
-def check(runs, rehearse, calibration: dict | None, asked: bool, say=print) -> None:
-    """Pilot the sweep when it is worth it (or `asked`); UsageError, naming the option that makes it
-    fit, when its pilot was untrusted. `rehearse`: as fly() takes it."""
-    run = chosen(runs, calibration, asked)
-    if run is None:
-        return
+def order(runs, pilot) -> list:
+    """The sweep's runs with its pilot first."""
+    return runs if pilot is None else [pilot, *(run for run in runs if run is not pilot)]
+
+
+def verdict_of(outcome, run) -> PilotVerdict:
+    if outcome.status == "aborted":
+        raise KeyboardInterrupt
+    if outcome.status != "finished":
+        raise PcnLabError(f"the pilot {run.name} failed ({outcome.error}); its files are in {outcome.path}")
+    reasons = outcome.fidelity.get("reasons") or []
+    return PilotVerdict(bool(outcome.fidelity.get("trusted")), reasons[0] if reasons else "", str(outcome.path),
+                        float(run.time_scale), time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def judge(run, outcome, calibration: dict, rehearse, say=print) -> None:
+    """After the pilot `run` ran (`outcome`): its verdict kept; when untrusted, the run rehearsed at the next
+    whole time_scale (`rehearse(run)` runs it apart from the sweep and gives its RunOutcome, unless this
+    calibration judged that shape already) and a UsageError naming what to change."""
     from pcnlab.experiments.config.timescale import rescaled
 
-    verdict = fly(run, rehearse, calibration, say)
-    if verdict.trusted:
+    first = verdict_of(outcome, run)
+    record_pilot(calibration, shape(run), first.to_dict())
+    if first.trusted:
         return
     scale = math.floor(run.time_scale) + 1
     try:
         slower = rescaled(run, scale / run.time_scale)
     except UsageError:
         slower = None
-    again = fly(slower, rehearse, calibration, say) if slower is not None else None
-    where = f"its pilot was untrusted ({verdict.reason}; {verdict.folder})"
+    again = known(calibration, slower) if slower is not None else None
+    if slower is not None and again is None:
+        say(f"pilot: {run.name} was untrusted; the sweep stops here; rehearsing it at time_scale {scale} "
+            f"({slower.duration_s:g} s)")
+        again = verdict_of(rehearse(slower), slower)
+        record_pilot(calibration, shape(slower), again.to_dict())
+    raise UsageError(refusal(first, again, scale))
+
+
+def refused(runs, calibration: dict | None, asked: bool) -> str | None:
+    """The refusal of a sweep whose pilot's shape this calibration judged untrusted, before it starts."""
+    from pcnlab.experiments.config.timescale import rescaled
+
+    run = chosen(runs, calibration, asked)
+    first = known(calibration, run) if run is not None else None
+    if first is None:
+        return None
+    scale = math.floor(run.time_scale) + 1
+    try:
+        again = known(calibration, rescaled(run, scale / run.time_scale))
+    except UsageError:
+        again = None
+    return refusal(first, again, scale)
+
+
+def refusal(first: PilotVerdict, again: PilotVerdict | None, scale: int) -> str:
+    where = f"its first run was untrusted here ({first.reason}; {first.folder})"
     if again is not None and again.trusted:
-        raise UsageError(f"will not keep up here: {where}; at time_scale {scale} it was trusted: add "
-                         f"--set time_scale={scale}; or --force to run it anyway")
+        return (f"will not keep up here: {where}; at time_scale {scale} it was trusted ({again.folder}): add "
+                f"--set time_scale={scale}; or --force to run it anyway")
     tried = f"; at time_scale {scale} too ({again.reason})" if again is not None else ""
-    raise UsageError(f"will not keep up here: {where}{tried}: use fewer processes or lower the link rates, "
-                     "or --force to run it anyway (expect runs marked untrusted)")
+    return (f"will not keep up here: {where}{tried}: use fewer processes or lower the link rates, or --force "
+            "to run it anyway (expect runs marked untrusted)")

@@ -15,7 +15,7 @@ import yaml
 from pcnlab.controller.dataplane import read_port_counters
 from pcnlab.controller.events import EventLog
 from pcnlab.calibration import load_calibration
-from pcnlab.errors import AnalysisFailed, PcnLabError
+from pcnlab.errors import AnalysisFailed, PcnLabError, UsageError
 from pcnlab.files import write_json
 from pcnlab.experiments.config.runs import Experiment, RunConfig
 from pcnlab.experiments.run_controller import start_controller
@@ -223,27 +223,38 @@ class ExperimentRunner:
     def run_all(self) -> list[RunOutcome]:
         from pcnlab.analysis.report import summarise_sweep
 
-        runs = self.experiment.runs()
-        images = prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
-        if self.pilot != "never":
-            from pcnlab.experiments.pilot import check as pilot_check
+        from pcnlab.experiments import pilot
 
-            pilot_check(runs, lambda run: self._pilots().run_one(run, images), self.calibration,
-                        asked=self.pilot == "always", say=self.say)
+        runs = self.experiment.runs()
+        first = None
+        if self.pilot != "never":            # experiments/pilot.py: the heaviest run first, judged
+            asked = self.pilot == "always"
+            no = pilot.refused(runs, self.calibration, asked)
+            if no:
+                raise UsageError(no)
+            first = pilot.chosen(runs, self.calibration, asked)
+            runs = pilot.order(runs, first)
+        images = prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
         outcomes: list[RunOutcome] = []
         started = time.monotonic()
-        for index, run in enumerate(runs, 1):
-            self.say(f"[{index}/{len(runs)}] {run.name}  (sweep {time.monotonic() - started:.0f} s so far)")
-            outcome = self.run_one(run, images)
-            outcomes.append(outcome)
-            if outcome.status == "aborted":
-                break
-        if outcomes:
-            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
+        try:
+            for index, run in enumerate(runs, 1):
+                note = "; the pilot: if it is untrusted here the sweep stops" if run is first else ""
+                self.say(f"[{index}/{len(runs)}] {run.name}  (sweep {time.monotonic() - started:.0f} s so far{note})")
+                outcome = self.run_one(run, images)
+                outcomes.append(outcome)
+                if outcome.status == "aborted":
+                    break
+                if run is first:
+                    pilot.judge(run, outcome, self.calibration, lambda slower: self._pilots().run_one(slower, images),
+                                self.say)
+        finally:
+            if outcomes:
+                summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
         return outcomes
 
     def _pilots(self) -> "ExperimentRunner":
-        """Where a pilot (experiments/pilot.py) runs: results/<experiment>-pilot/, quiet, no plots."""
+        """Where a pilot's rehearsal (experiments/pilot.py) runs: results/<experiment>-pilot/, quiet, no plots."""
         return ExperimentRunner(replace(self.experiment, name=f"{self.experiment.name}-pilot"),
                                 self.results_root, say=lambda line: None, calibration=self.calibration, plots=False)
 

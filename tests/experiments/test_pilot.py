@@ -13,7 +13,8 @@ import pytest
 
 from pcnlab.experiments.config import load_experiment
 from pcnlab.experiments.fit import estimate
-from pcnlab.experiments.pilot import PILOT_S, WORTH, heaviest, known, rehearsal, shape, worth
+from pcnlab.experiments.config.timescale import rescaled
+from pcnlab.experiments.pilot import WORTH, chosen, heaviest, known, order, refused, shape
 
 from conftest import ROOT, starved
 from small_experiment import small_experiment
@@ -28,7 +29,7 @@ def _runs(tmp_path, text: str, *overrides: str):
     return load_experiment(spec, list(overrides)).runs()
 
 
-def test_a_shape_leaves_out_the_name_seed_and_length_but_not_the_regime(tmp_path):
+def test_a_shape_leaves_out_the_name_and_seed_but_not_the_regime_or_length(tmp_path):
     runs = _runs(tmp_path, small_experiment("shapes", "ecn", 10, 20, "repetitions: 2\nsweep:\n  mode: [ecn, pcn]\n"))
     by_mode = {}
     for run in runs:
@@ -37,29 +38,34 @@ def test_a_shape_leaves_out_the_name_seed_and_length_but_not_the_regime(tmp_path
     assert by_mode["ecn"] != by_mode["pcn"]
     slower = _runs(tmp_path, small_experiment("shapes", "ecn", 10, 20), "time_scale=2")[0]
     longer = _runs(tmp_path, small_experiment("shapes", "ecn", 10, 40))[0]
-    assert shape(longer) == shape(runs[0]) != shape(slower)
+    assert len({shape(runs[0]), shape(slower), shape(longer)}) == 3
+    assert shape(rescaled(runs[0], 2)) == shape(slower)           # as --set time_scale=2 makes it
 
 
-def test_the_heaviest_run_is_rehearsed_for_a_pilots_length_with_the_schedule_inside_it(tmp_path):
-    text = small_experiment("heavy", "ecn", 10, 60, "sweep:\n  topology.bottleneck_bw: [5, 10]\n")
-    runs = _runs(tmp_path, text + "schedule:\n  - {at_s: 5, link: s1-s2, bw: 8}\n  - {at_s: 50, link: s1-s2, bw: 9}\n")
+def test_the_heaviest_run_goes_first_in_a_sweep_of_worth_runs(tmp_path):
+    runs = _runs(tmp_path, small_experiment("heavy", "ecn", 10, 60, "sweep:\n  topology.bottleneck_bw: [5, 10, 8]\n"))
+    assert len(runs) == WORTH
     fits = estimate(runs, CALIBRATION)
-    chosen = heaviest(runs, fits)
-    assert chosen is max(zip(runs, fits), key=lambda pair: pair[1].share)[0]
-    short = rehearsal(chosen)
-    assert short.duration_s == chosen.warmup_s + PILOT_S and short.name == f"pilot-{chosen.name}"
-    assert [c.at_s for c in short.schedule] == [5]
-    assert rehearsal(_runs(tmp_path, small_experiment("brief", "ecn", 10, 6))[0]).duration_s == 6
+    first = heaviest(runs, fits)
+    assert first is max(zip(runs, fits), key=lambda pair: pair[1].share)[0] and first is runs[1]
+    assert chosen(runs, CALIBRATION, asked=False) is first and order(runs, first) == [runs[1], runs[0], runs[2]]
+    assert chosen(runs[:2], CALIBRATION, asked=False) is None and chosen(runs[:2], CALIBRATION, asked=True) is runs[1]
+    assert chosen(runs, None, asked=True) is None                      # not calibrated: nothing to judge by
 
 
-def test_a_sweep_is_piloted_when_it_is_at_least_worth_pilots_long(tmp_path):
-    assert worth(_runs(tmp_path, small_experiment("long", "ecn", 10, WORTH * PILOT_S)))
-    assert not worth(_runs(tmp_path, small_experiment("short", "ecn", 10, WORTH * PILOT_S / 2 - 1,
-                                                      "repetitions: 2\n")))
-    run = _runs(tmp_path, small_experiment("k", "ecn", 10, 6))[0]
-    assert known(CALIBRATION, run) is None
+def test_a_shape_judged_here_is_not_judged_again_and_one_refused_is_refused_at_once(tmp_path):
+    runs = _runs(tmp_path, small_experiment("k", "ecn", 10, 6), )
+    run = runs[0]
+    assert known(CALIBRATION, run) is None and refused(runs, CALIBRATION, asked=True) is None
     verdict = {"trusted": False, "reason": "r", "folder": "f", "time_scale": 1.0, "measured": "m"}
-    assert known({**CALIBRATION, "pilots": {shape(run): verdict}}, run).reason == "r"
+    slower = {**verdict, "trusted": True, "reason": "", "folder": "g", "time_scale": 2.0}
+    judged = {**CALIBRATION, "pilots": {shape(run): verdict, shape(rescaled(run, 2)): slower}}
+    assert known(judged, run).reason == "r"
+    assert refused(runs, judged, asked=True) == ("will not keep up here: its first run was untrusted here (r; f); at "
+                                                 "time_scale 2 it was trusted (g): add --set time_scale=2; or --force "
+                                                 "to run it anyway")
+    trusted = {**CALIBRATION, "pilots": {shape(run): {**verdict, "trusted": True}}}
+    assert chosen(runs, trusted, asked=True) is None and refused(runs, trusted, asked=True) is None
 
 
 def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
@@ -70,40 +76,44 @@ def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.root
 @pytest.mark.bmv2
 @pytest.mark.slow
-def test_an_untrusted_pilot_refuses_the_sweep_in_one_line_naming_what_it_tried(machine_calibration, tmp_path):
+def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried(machine_calibration, tmp_path):
     # min_idle_pct 100: a verdict no machine passes (never idle at its busiest), measured for real
     calibration = tmp_path / "calibration.json"
     calibration.write_text(open(machine_calibration["path"]).read())
     env = {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}
     spec = tmp_path / "piloted.yaml"
-    spec.write_text(small_experiment("piloted", "ecn", 10, 4))
-    args = ["run", str(spec), "--results", str(tmp_path / "results"), "--pilot", "--no-plots", "--set", "fidelity.min_idle_pct=100"]
+    spec.write_text(small_experiment("piloted", "ecn", 10, 4, "sweep:\n  mode: [ecn, pcn]\n"))
+    results = tmp_path / "results"
+    args = ["run", str(spec), "--results", str(results), "--pilot", "--no-plots", "--set", "fidelity.min_idle_pct=100"]
     proc = _pcnlab(*args, env=env)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith("pcnlab: will not keep up here: its pilot was untrusted ("), lines[0]
+    assert lines[0].startswith("pcnlab: will not keep up here: its first run was untrusted here ("), lines[0]
     assert "; at time_scale 2 too (" in lines[0] and "use fewer processes" in lines[0]
-    assert not (tmp_path / "results" / "piloted").exists()                      # no run of the sweep started
-    pilots = sorted((tmp_path / "results" / "piloted-pilot").glob("2*/pilot-*/fidelity.json"))
-    for pilot in pilots:
-        reasons = json.loads(pilot.read_text())["reasons"]
+    assert "pilot: mode=ecn was untrusted; the sweep stops here; rehearsing it at time_scale 2 (8 s)" in proc.stdout
+    sweep = (results / "piloted" / "latest").resolve()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["mode=ecn"]    # stopped after its pilot
+    assert (sweep / "report.md").is_file()                                          # what ran is reported
+    judged = [sweep / "mode=ecn", *(results / "piloted-pilot").glob("2*/mode=ecn")]
+    assert len(judged) == 2
+    for run in judged:
+        reasons = json.loads((run / "fidelity.json").read_text())["reasons"]
         assert any(r.startswith("the machine was ") and "at least 100 %" in r for r in reasons), reasons
-    assert len(pilots) == 2
     kept = json.loads(calibration.read_text())["pilots"]
-    assert sorted(v["time_scale"] for v in kept.values()) == [1.0, 2.0]
+    assert sorted((v["time_scale"], v["trusted"]) for v in kept.values()) == [(1.0, False), (2.0, False)]
     started = time.monotonic()                                                  # once per calibration
     again = _pcnlab(*args, env=env)
-    assert again.returncode == 2 and again.stderr == proc.stderr
-    assert time.monotonic() - started < 20 and len(list((tmp_path / "results").glob("*/2*/pilot-*"))) == 2
+    assert again.returncode == 2 and again.stderr == proc.stderr and time.monotonic() - started < 20
+    assert len(list(results.glob("*/2*/mode=*"))) == 2                          # nothing ran again
     dry = _pcnlab(*args, "--dry-run", env=env)
-    assert dry.returncode == 0 and "pilot: run's shape was rehearsed here " in dry.stdout and ": untrusted (" in dry.stdout, dry.stdout
+    assert dry.returncode == 0 and "pilot: mode=ecn's shape was judged here " in dry.stdout, dry.stdout
 
 
 @pytest.mark.root
 @pytest.mark.bmv2
 @pytest.mark.slow
-def test_a_trusted_pilot_lets_the_sweep_run(machine_calibration, tmp_path):
+def test_a_trusted_first_run_lets_the_sweep_go_on(machine_calibration, tmp_path):
     calibration = tmp_path / "calibration.json"
     calibration.write_text(open(machine_calibration["path"]).read())
     env = {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}
@@ -111,11 +121,10 @@ def test_a_trusted_pilot_lets_the_sweep_run(machine_calibration, tmp_path):
     spec.write_text(small_experiment("light", "ecn", 10, 4))
     proc = _pcnlab("run", str(spec), "--results", str(tmp_path / "results"), "--pilot", "--no-plots", env=env)
     if proc.returncode == 2:
-        pilot = next((tmp_path / "results" / "light-pilot").glob("2*/pilot-*/fidelity.json"))
-        why = starved(json.loads(pilot.read_text()))
+        why = starved(json.loads(next((tmp_path / "results" / "light").glob("2*/run/fidelity.json")).read_text()))
         if why:
             pytest.skip(why)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "pilot: run for 4 s" in proc.stdout and "pilot: trusted" in proc.stdout
-    assert list((tmp_path / "results" / "light").glob("latest/*/metrics.json"))
+    assert "[1/1] run  (sweep 0 s so far; the pilot: if it is untrusted here the sweep stops)" in proc.stdout
     assert [v["trusted"] for v in json.loads(calibration.read_text())["pilots"].values()] == [True]
+    assert "pilot:" not in _pcnlab("run", str(spec), "--dry-run", "--pilot", env=env).stdout   # judged: no pilot
