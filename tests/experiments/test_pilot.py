@@ -68,6 +68,15 @@ def test_a_shape_judged_here_is_not_judged_again_and_one_refused_is_refused_at_o
     assert chosen(runs, trusted, asked=True) is None and refused(runs, trusted, asked=True) is None
 
 
+def _calibration(machine_calibration: dict, tmp_path) -> "Path":
+    """The session's calibration, as a file of the test's own, without the verdicts other tests' sweeps left."""
+    data = json.loads(open(machine_calibration["path"]).read())
+    data.pop("pilots", None)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
 def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pcnlab.app.cli", *args], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env=env)
@@ -78,8 +87,7 @@ def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried(machine_calibration, tmp_path):
     # min_idle_pct 100: a verdict no machine passes (never idle at its busiest), measured for real
-    calibration = tmp_path / "calibration.json"
-    calibration.write_text(open(machine_calibration["path"]).read())
+    calibration = _calibration(machine_calibration, tmp_path)
     env = {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}
     spec = tmp_path / "piloted.yaml"
     spec.write_text(small_experiment("piloted", "ecn", 10, 4, "sweep:\n  mode: [ecn, pcn]\n"))
@@ -114,8 +122,7 @@ def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried
 @pytest.mark.bmv2
 @pytest.mark.slow
 def test_a_trusted_first_run_lets_the_sweep_go_on(machine_calibration, tmp_path):
-    calibration = tmp_path / "calibration.json"
-    calibration.write_text(open(machine_calibration["path"]).read())
+    calibration = _calibration(machine_calibration, tmp_path)
     env = {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}
     spec = tmp_path / "light.yaml"
     spec.write_text(small_experiment("light", "ecn", 10, 4))
