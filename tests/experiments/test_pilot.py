@@ -68,13 +68,16 @@ def test_a_shape_judged_here_is_not_judged_again_and_one_refused_is_refused_at_o
     assert chosen(runs, trusted, asked=True) is None and refused(runs, trusted, asked=True) is None
 
 
-def _calibration(machine_calibration: dict, tmp_path) -> "Path":
-    """The session's calibration, as a file of the test's own, without the verdicts other tests' sweeps left."""
+def _setup(machine_calibration: dict, tmp_path, name: str, sweep: str = ""):
+    """The session's calibration as a file of the test's own, without the verdicts other tests' sweeps
+    left; the environment that names it; a 4 s small experiment `name` with `sweep`."""
     data = json.loads(open(machine_calibration["path"]).read())
     data.pop("pilots", None)
-    path = tmp_path / "calibration.json"
-    path.write_text(json.dumps(data))
-    return path
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps(data))
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(small_experiment(name, "ecn", 10, 4, sweep))
+    return calibration, {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}, spec
 
 
 def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
@@ -87,10 +90,7 @@ def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried(machine_calibration, tmp_path):
     # min_idle_pct 100: a verdict no machine passes (never idle at its busiest), measured for real
-    calibration = _calibration(machine_calibration, tmp_path)
-    env = {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}
-    spec = tmp_path / "piloted.yaml"
-    spec.write_text(small_experiment("piloted", "ecn", 10, 4, "sweep:\n  mode: [ecn, pcn]\n"))
+    calibration, env, spec = _setup(machine_calibration, tmp_path, "piloted", "sweep:\n  mode: [ecn, pcn]\n")
     results = tmp_path / "results"
     args = ["run", str(spec), "--results", str(results), "--pilot", "--no-plots", "--set", "fidelity.min_idle_pct=100"]
     proc = _pcnlab(*args, env=env)
@@ -122,10 +122,7 @@ def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried
 @pytest.mark.bmv2
 @pytest.mark.slow
 def test_a_trusted_first_run_lets_the_sweep_go_on(machine_calibration, tmp_path):
-    calibration = _calibration(machine_calibration, tmp_path)
-    env = {**os.environ, "PCNLAB_CALIBRATION": str(calibration)}
-    spec = tmp_path / "light.yaml"
-    spec.write_text(small_experiment("light", "ecn", 10, 4))
+    calibration, env, spec = _setup(machine_calibration, tmp_path, "light")
     proc = _pcnlab("run", str(spec), "--results", str(tmp_path / "results"), "--pilot", "--no-plots", env=env)
     if proc.returncode == 2:
         why = starved(json.loads(next((tmp_path / "results" / "light").glob("2*/run/fidelity.json")).read_text()))
