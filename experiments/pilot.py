@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from pcnlab.calibration import record_pilot
 from pcnlab.errors import PcnLabError, UsageError
@@ -43,8 +43,7 @@ class PilotVerdict:
     measured: str
 
     def to_dict(self) -> dict:
-        return {"trusted": self.trusted, "reason": self.reason, "folder": self.folder,
-                "time_scale": self.time_scale, "measured": self.measured}
+        return asdict(self)
 
 
 def shape(run) -> str:
@@ -107,21 +106,26 @@ def verdict_of(outcome, run) -> PilotVerdict:
                         float(run.time_scale), time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
+def _slower(run):
+    """The next whole time_scale and the run at it (None where that passes a key's bounds)."""
+    from pcnlab.experiments.config.timescale import rescaled
+
+    scale = math.floor(run.time_scale) + 1
+    try:
+        return scale, rescaled(run, scale / run.time_scale)
+    except UsageError:
+        return scale, None
+
+
 def judge(run, outcome, calibration: dict, rehearse, say=print) -> None:
     """After the pilot `run` ran (`outcome`): its verdict kept; when untrusted, the run rehearsed at the next
     whole time_scale (`rehearse(run)` runs it apart from the sweep and gives its RunOutcome, unless this
     calibration judged that shape already) and a UsageError naming what to change."""
-    from pcnlab.experiments.config.timescale import rescaled
-
     first = verdict_of(outcome, run)
     record_pilot(calibration, shape(run), first.to_dict())
     if first.trusted:
         return
-    scale = math.floor(run.time_scale) + 1
-    try:
-        slower = rescaled(run, scale / run.time_scale)
-    except UsageError:
-        slower = None
+    scale, slower = _slower(run)
     again = known(calibration, slower) if slower is not None else None
     if slower is not None and again is None:
         say(f"pilot: {run.name} was untrusted; the sweep stops here; rehearsing it at time_scale {scale} "
@@ -131,20 +135,13 @@ def judge(run, outcome, calibration: dict, rehearse, say=print) -> None:
     raise UsageError(refusal(first, again, scale))
 
 
-def refused(runs, calibration: dict | None, asked: bool) -> str | None:
-    """The refusal of a sweep whose pilot's shape this calibration judged untrusted, before it starts."""
-    from pcnlab.experiments.config.timescale import rescaled
-
-    run = chosen(runs, calibration, asked)
+def refused(run, calibration: dict | None) -> str | None:
+    """The refusal of a sweep whose pilot `run` (chosen()) has a shape this calibration judged untrusted."""
     first = known(calibration, run) if run is not None else None
     if first is None:
         return None
-    scale = math.floor(run.time_scale) + 1
-    try:
-        again = known(calibration, rescaled(run, scale / run.time_scale))
-    except UsageError:
-        again = None
-    return refusal(first, again, scale)
+    scale, slower = _slower(run)
+    return refusal(first, known(calibration, slower) if slower is not None else None, scale)
 
 
 def refusal(first: PilotVerdict, again: PilotVerdict | None, scale: int) -> str:

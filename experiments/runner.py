@@ -222,17 +222,15 @@ class ExperimentRunner:
 
     def run_all(self) -> list[RunOutcome]:
         from pcnlab.analysis.report import summarise_sweep
-
         from pcnlab.experiments import pilot
 
         runs = self.experiment.runs()
         first = None
         if self.pilot != "never":            # experiments/pilot.py: the heaviest run first, judged
-            asked = self.pilot == "always"
-            no = pilot.refused(runs, self.calibration, asked)
+            first = pilot.chosen(runs, self.calibration, asked=self.pilot == "always")
+            no = pilot.refused(first, self.calibration)
             if no:
                 raise UsageError(no)
-            first = pilot.chosen(runs, self.calibration, asked)
             runs = pilot.order(runs, first)
         images = prepare_images(runs, self.say)   # before any network: an image that cannot serve is one line
         outcomes: list[RunOutcome] = []

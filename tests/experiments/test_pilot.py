@@ -56,16 +56,16 @@ def test_the_heaviest_run_goes_first_in_a_sweep_of_worth_runs(tmp_path):
 def test_a_shape_judged_here_is_not_judged_again_and_one_refused_is_refused_at_once(tmp_path):
     runs = _runs(tmp_path, small_experiment("k", "ecn", 10, 6), )
     run = runs[0]
-    assert known(CALIBRATION, run) is None and refused(runs, CALIBRATION, asked=True) is None
+    assert known(CALIBRATION, run) is None and refused(chosen(runs, CALIBRATION, asked=True), CALIBRATION) is None
     verdict = {"trusted": False, "reason": "r", "folder": "f", "time_scale": 1.0, "measured": "m"}
     slower = {**verdict, "trusted": True, "reason": "", "folder": "g", "time_scale": 2.0}
     judged = {**CALIBRATION, "pilots": {shape(run): verdict, shape(rescaled(run, 2)): slower}}
     assert known(judged, run).reason == "r"
-    assert refused(runs, judged, asked=True) == ("will not keep up here: its first run was untrusted here (r; f); at "
+    assert refused(chosen(runs, judged, asked=True), judged) == ("will not keep up here: its first run was untrusted here (r; f); at "
                                                  "time_scale 2 it was trusted (g): add --set time_scale=2; or --force "
                                                  "to run it anyway")
     trusted = {**CALIBRATION, "pilots": {shape(run): {**verdict, "trusted": True}}}
-    assert chosen(runs, trusted, asked=True) is None and refused(runs, trusted, asked=True) is None
+    assert chosen(runs, trusted, asked=True) is None and refused(chosen(runs, trusted, asked=True), trusted) is None
 
 
 def _setup(machine_calibration: dict, tmp_path, name: str, sweep: str = ""):
