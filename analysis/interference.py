@@ -146,3 +146,25 @@ def interference_metrics(table: pd.DataFrame, jobs: dict[int, dict], workers: pd
         bct = (kept["last_out_us"] - kept["first_in_us"]).astype(float).clip(lower=1.0)
         out["overlap_fraction"] = float(kept["overlap_us"].sum() / bct.sum())
     return out
+
+
+def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
+    """metrics.json `interleave` (`mode.interleave`, controller/turns.py), from the controller's events:
+    each plan (when in the switch's clock, why, its shifts by job name, the overlap it predicted before
+    and after), each shift sent (to how many of the job's hosts, and which refused), and the jobs left
+    where they were because none of their processes listens."""
+    name = {str(jid): j["name"] for jid, j in jobs.items()}
+
+    def named(d) -> dict:
+        return {name.get(str(k), str(k)): v for k, v in (d or {}).items()}
+    rows = events.to_dict("records") if not events.empty and "type" in events else []
+    plans = [{"plan": r["plan"], "switch": r["switch"], "port": r["port"], "t_us": r["t_us"], "reason": r["reason"],
+              "shifts_ms": {k: v / 1000 for k, v in named(r["shifts_us"]).items()},
+              "overlap_before": named(r["overlap_before"]), "overlap_after": named(r["overlap_after"])}
+             for r in rows if r["type"] == "interleave_plan"]
+    shifts = [{"plan": r["plan"], "job": name.get(str(r["job"]), str(r["job"])), "shift_ms": r["shift_us"] / 1000,
+               "hosts": len(r["hosts"] or {}), "sent": sum(v == "sent" for v in (r["hosts"] or {}).values()),
+               "refused": sorted(h for h, v in (r["hosts"] or {}).items() if v != "sent")}
+              for r in rows if r["type"] == "shift"]
+    skipped = sorted({name.get(str(r["job"]), str(r["job"])) for r in rows if r["type"] == "interleave_skip"})
+    return {"plans": plans, "shifts": shifts, "left_alone": skipped}

@@ -19,7 +19,7 @@ from pcnlab.controller.modes import K_PRE_MODES, WINDOW_MODES
 from pcnlab.controller.segments import iteration_gap_us
 from pcnlab.analysis import iterations as it
 from pcnlab.analysis import traffic_stats as m
-from pcnlab.analysis.interference import interference_metrics
+from pcnlab.analysis.interference import interference_metrics, interleave_metrics
 from pcnlab.analysis.network_iterations import NETWORK, printed_iterations
 from pcnlab.files import write_json
 from pcnlab.analysis.results import RunData, load_run, on_port
@@ -273,6 +273,8 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
     if len(run.jobs) > 1 or config.get("alone"):
         workers = run.iterations[run.iterations["role"] == "worker"] if not run.iterations.empty else run.iterations
         out["interference"] = interference_metrics(table, run.jobs, workers, neck)
+    if (config.get("mode") or {}).get("interleave"):
+        out["interleave"] = interleave_metrics(run.events, run.jobs)
     out["training"] = training_metrics(run)
     out["job_iterations"] = job_iterations(run)
     out["controller"] = controller_metrics(run, table, neck)

@@ -28,6 +28,8 @@ from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.scheduler_core import WindowScheduler
 from pcnlab.controller.segments import LearnedGaps
+from pcnlab.controller.shift_channel import ShiftChannel
+from pcnlab.controller.turns import PlanRecord, Turns
 from pcnlab.controller.windows import PlannerConfig, Window, WindowChange, WindowPlanner
 
 CLOCK_PERIOD_S = 0.5
@@ -36,11 +38,14 @@ MAX_SLEEP_S = 0.05
 
 class PcnScheduler:
     def __init__(self, controller: PcnController, events: EventLog, planner: PlannerConfig,
-                 arm: bool = True):
-        """`arm=False` learns and logs predictions without writing windows (the baselines' runs)."""
+                 arm: bool = True, channel: ShiftChannel | None = None):
+        """`arm=False` learns and logs predictions without writing windows (the baselines' runs).
+        `channel`: jobs that share a port take turns (turns.py), their shifts sent over it."""
         self.controller = controller
         self.events = events
         self.arm = arm
+        self.channel = channel
+        self.turns = Turns() if channel is not None else None
         self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
         self.gaps = LearnedGaps()   # G written into the switches for jobs that leave it out
         self.clocks = {name: ClockEstimator() for name in controller.endpoints}
@@ -123,6 +128,12 @@ class PcnScheduler:
         for prediction in own + observation.forecasts:
             if prediction is not None:
                 self._log_prediction(prediction, burst.ts_us)
+        if self.turns is not None and observation.kind != "sub-burst":
+            record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
+                                         self.core.iteration_gap_us(report.key) is not None)
+            if record is not None:
+                self.events.write("interleave_plan", **record.fields())
+                self._tasks.append(asyncio.ensure_future(self._send_shifts(record)))
         gap = self.gaps.observe(report.key, burst.idle_us, observation.kind != "sub-burst",
                                 self.core.iteration_gap_us(report.key))
         if gap is not None and switch not in self._down:
@@ -148,6 +159,21 @@ class PcnScheduler:
                           next_start_us=prediction.next_start_us, period_us=round(prediction.period_us),
                           confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
                           confident=prediction.confident, model=prediction.model, decided_us=decided_us)
+
+    async def _send_shifts(self, record: PlanRecord) -> None:
+        """Each shift of a plan to its job's processes; a job none of whose hosts listens is fixed from
+        then on (its port plans again without moving it) and named."""
+        for order in record.orders:
+            if order.job not in self.channel.jobs():
+                hosts = {}
+            else:
+                hosts = await asyncio.to_thread(self.channel.send, order.job, order.shift_us, order.plan)
+            self.events.write("shift", switch=order.switch, port=order.port, job=order.job,
+                              shift_us=round(order.shift_us), plan=order.plan, hosts=hosts)
+            if not any(v == "sent" for v in hosts.values()):
+                self.turns.fix(order.job)
+                self.events.write("interleave_skip", job=order.job, reason="no process of the job listens for "
+                                  "shifts (an unmodified script, or no sender registered): left where it is")
 
     async def _write_gap(self, switch: str, job: int, gap_us: int) -> None:
         try:
@@ -249,4 +275,6 @@ class PcnScheduler:
         await self._apply(self.core.shutdown(max(now.values(), default=0)))
         for thrift in self._thrift.values():
             thrift.close()
+        if self.channel is not None:
+            self.channel.close()
         self.events.write("scheduler_stopped", **{"arm_writes": len(self.arm_latencies_s)})

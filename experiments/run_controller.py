@@ -15,6 +15,7 @@ from pcnlab.controller.events import EventLog
 from pcnlab.controller.modes import ANNOUNCE_MODES, K, K_PRE, WINDOW_MODES
 from pcnlab.controller.program import P4Program
 from pcnlab.controller.scheduler import PcnScheduler
+from pcnlab.controller.shift_channel import ShiftChannel, Target
 from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.experiments.config.runs import RunConfig
@@ -58,12 +59,13 @@ def port_rates(endpoints: Sequence[SwitchEndpoint]) -> dict[tuple[str, int], int
 def start_controller(run: RunConfig, topo, endpoints: Sequence[SwitchEndpoint], events: EventLog,
                      election_id: int = 10) -> tuple[ControllerThread, PcnScheduler]:
     """A controller driving every switch of the run, its scheduler (arming windows in pcn runs, only
-    learning and logging in the others), started and with every switch configured."""
+    learning and logging in the others; with `mode.interleave`, a channel for the jobs' time shifts,
+    whose jobs the runner adds as it starts them), started and with every switch configured."""
     controller = PcnController(endpoints, P4Program.named(), election_id=election_id,
                                dataplane=dataplane_configs(run, topo, endpoints))
     scheduler = PcnScheduler(controller, events,
                              PlannerConfig(**run.mode.planner_kwargs(), port_rates=port_rates(endpoints)),
-                             arm=run.mode.kind in WINDOW_MODES)
+                             arm=run.mode.kind in WINDOW_MODES, channel=ShiftChannel() if run.mode.interleave else None)
     thread = ControllerThread(controller).start()
     events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre)
     return thread, scheduler
@@ -80,3 +82,10 @@ def start_slice_controller(endpoints: Sequence[SwitchEndpoint], mode: str, event
     scheduler = PcnScheduler(controller, events, PlannerConfig(k_pre=k_pre, port_rates=port_rates(endpoints)),
                              arm=mode in WINDOW_MODES)
     return ControllerThread(controller).start(), scheduler
+
+
+def shift_targets(handle, hosts) -> list[Target]:
+    """Where a started job (a workloads JobHandle) takes its time shifts: every process that sends its
+    communication (not its parameter servers), in its host's network namespace, on the job's port."""
+    return [Target(p.host, hosts.netns_pid(p.host), p.ip, handle.port) for p in handle.procs
+            if not p.label.startswith("ps")]

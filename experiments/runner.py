@@ -18,7 +18,7 @@ from pcnlab.calibration import load_calibration
 from pcnlab.errors import AnalysisFailed, PcnLabError, UsageError
 from pcnlab.files import write_json
 from pcnlab.experiments.config.runs import Experiment, RunConfig
-from pcnlab.experiments.run_controller import start_controller
+from pcnlab.experiments.run_controller import shift_targets, start_controller
 from pcnlab.experiments.provenance import versions
 from pcnlab.experiments.rundir import RunFolder, timestamp
 from pcnlab.experiments.sampler import CpuSampler
@@ -116,6 +116,8 @@ class RunExecution:
                     self._wait(progress, run.warmup_s, "background warming up")
                 for job in run.jobs:
                     jobs.append(workloads.start_job(JobSpec(**job.job_spec_kwargs(run.seed))))
+                    if scheduler is not None and scheduler.channel is not None:
+                        scheduler.channel.add_job(job.id, shift_targets(jobs[-1], workloads.hosts))
                     events.write("job_started", job=job.name, id=job.id)
                 schedule.begin()
                 self._run_until_done(progress, jobs)

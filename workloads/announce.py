@@ -5,6 +5,11 @@ the burst (`default_lead_us`); and, on the receiving side, a listener that absor
 receiver no ICMP port-unreachable. The datagram's payload is JSON: {"job", "rank", "iter", "bytes",
 "lead_us"}. See netutil.PCN_START_DSCP.
 
+The same listener takes the other direction's messages: a time shift from the controller
+(controller/turns.py, `mode.interleave`), a datagram {"shift_us", "plan", "at_ns"} that the controller sends to
+the host's own address from inside its network namespace; `Shifts` holds it until the process's loop
+delays its next communication by it, once.
+
 PyTorch's gloo owns its sockets, so a worker finds the smoothed RTT to its destination in its own
 process: the TCP sockets among its file descriptors connected to that address (`peer_srtt_us`).
 """
@@ -49,9 +54,42 @@ def send_announcement(udp: socket.socket, log: JsonLog, dst: str, port: int, *, 
     return sent
 
 
-def start_listener(log: JsonLog, bind_addr: str, port: int) -> bool:
-    """Absorb and log PCN-START datagrams on (bind_addr, port) in a daemon thread. False when another
-    process of the same host already listens there (it absorbs them for both)."""
+class Shifts:
+    """The delays the controller asked of this process and it has not taken yet: filled by the listener's
+    thread, taken by the process's loop before a communication. Each shift holds from a moment on
+    (`at_ns`, the host's monotonic clock, which every Mininet host and container shares): it delays the
+    first communication planned to start at or after it, so every process of a job delays the same
+    iteration (the two workers of a PS, handed the shift between their answers, once delayed different
+    iterations, and the job moved twice the shift)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pending: list[tuple[int, float]] = []      # (at_ns, shift_us)
+
+    def add(self, shift_us: float, at_ns: int = 0) -> None:
+        with self._lock:
+            self._pending.append((at_ns, shift_us))
+
+    def take(self, log: JsonLog | None = None, it: int | None = None, start_ns: int | None = None) -> float:
+        """The shifts (µs) that hold for a communication planned to start at `start_ns` (None: all), and
+        those no more; logged as applied before iteration `it` when it is some."""
+        with self._lock:
+            due = [s for s in self._pending if start_ns is None or s[0] <= start_ns]
+            self._pending = [s for s in self._pending if s not in due]
+        shift_us = float(sum(us for _, us in due))
+        if shift_us > 0 and log is not None:
+            log.write("shift", direction="applied", iter=it, shift_us=round(shift_us))
+        return shift_us
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def start_listener(log: JsonLog, bind_addr: str, port: int, shifts: Shifts | None = None) -> bool:
+    """Absorb and log PCN-START datagrams on (bind_addr, port) in a daemon thread, and hand the
+    controller's shifts to `shifts`. False when another process of the same host already listens there
+    (it absorbs them for both; the shifts sent there reach that one)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.bind((bind_addr, port))
@@ -66,6 +104,14 @@ def start_listener(log: JsonLog, bind_addr: str, port: int) -> bool:
                 info = json.loads(data)
             except ValueError:
                 info = {}
+            if not isinstance(info, dict):
+                info = {}
+            shift, at_ns = info.get("shift_us"), info.get("at_ns", 0)
+            if _number(shift) and 0 <= shift < 1e9 and _number(at_ns):
+                log.write("shift", direction="received", shift_us=round(shift), plan=info.get("plan"), at_ns=at_ns)
+                if shifts is not None:
+                    shifts.add(float(shift), int(at_ns))
+                continue
             log.write("announce", direction="received",
                       src=peer[0], **{k: info.get(k) for k in ("rank", "iter", "bytes", "lead_us")})
 

@@ -25,8 +25,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pcnlab.workloads.burst_protocol import (HELLO, Pacer, Payload, accept_workers, announce_listener, announce_udp,
-                                             answer_all, join_ps, ps_iteration, wait_and_announce, worker_iteration)
+from pcnlab.workloads.burst_protocol import (HELLO, Pacer, Payload, accept_workers, announce_udp, answer_all, join_ps,
+                                             ps_iteration, wait_and_announce, worker_iteration, worker_shifts)
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import check_cc, connect_retry, listen, recv_exact, tcp_info
 from pcnlab.workloads.process_config import BurstConfig, as_dict, parse_config
@@ -86,7 +86,7 @@ def _ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
     sock = join_ps(cfg)
     udp = announce_udp(cfg)
     payload = Payload(max(cfg.burst_bytes, cfg.reply_bytes))
-    pacer = Pacer(cfg)
+    pacer = Pacer(cfg, worker_shifts(cfg, log, sock.getsockname()[0]), log)
     host_tcp = HostTcpCounters()
     answered = time.monotonic_ns()
     for it in range(cfg.iterations):
@@ -110,7 +110,7 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
     n = cfg.workers
     me, succ = peers[cfg.rank], peers[(cfg.rank + 1) % n]
     server = listen(me, cfg.port)
-    announce_listener(cfg, log, me)
+    shifts = worker_shifts(cfg, log, me)
     out = connect_retry(succ, cfg.port, cfg.timeout_s, cfg.cc)
     out.sendall(HELLO.pack(cfg.rank))
     server.settimeout(cfg.timeout_s)
@@ -125,7 +125,7 @@ def _ring_worker(cfg: BurstConfig, log: JsonLog) -> None:
     chunk = max(1, cfg.burst_bytes // n)
     steps = 2 * (n - 1)
     send_buf, recv_buf = Payload(chunk), Payload(chunk)
-    pacer = Pacer(cfg)
+    pacer = Pacer(cfg, shifts, log)
     host_tcp = HostTcpCounters()
     answered = time.monotonic_ns()
     with ThreadPoolExecutor(max_workers=1) as pool:

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.announce import announce_socket, default_lead_us, send_announcement, start_listener
+from pcnlab.workloads.announce import Shifts, announce_socket, default_lead_us, send_announcement, start_listener
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import connect_retry, listen, recv_exact, set_cc, tcp_info
 from pcnlab.workloads.process_config import BurstConfig
@@ -49,22 +49,36 @@ class Payload:
         return first, size
 
 
-def announce_listener(cfg: BurstConfig, log: JsonLog, bind_addr: str) -> None:
-    """Absorb (and log) PCN-START datagrams, so they cost the host no ICMP port-unreachable."""
-    start_listener(log, bind_addr, cfg.port)
+def announce_listener(cfg: BurstConfig, log: JsonLog, bind_addr: str, shifts: Shifts | None = None) -> None:
+    """Absorb (and log) PCN-START datagrams, so they cost the host no ICMP port-unreachable; the
+    controller's time shifts sent there go to `shifts`."""
+    start_listener(log, bind_addr, cfg.port, shifts)
+
+
+def worker_shifts(cfg: BurstConfig, log: JsonLog, own_addr: str) -> Shifts:
+    """A worker's channel from the controller: a listener on its own address and the job's port."""
+    shifts = Shifts()
+    announce_listener(cfg, log, own_addr, shifts)
+    return shifts
 
 
 class Pacer:
-    """When each burst starts: period, compute gap and jitter; announcements one lead ahead."""
+    """When each burst starts: period, compute gap and jitter; announcements one lead ahead. A shift
+    from the controller (`shifts`) delays the next start once, and with a period every later one."""
 
-    def __init__(self, cfg: BurstConfig):
+    def __init__(self, cfg: BurstConfig, shifts: Shifts | None = None, log: JsonLog | None = None):
         self.cfg = cfg
         self.rng = random.Random(cfg.seed * 7919 + cfg.rank)
         self.t0 = time.monotonic_ns()
+        self.shifts, self.log = shifts, log
 
     def next_start(self, it: int, answered_ns: int) -> int:
         cfg = self.cfg
-        target = answered_ns + int(cfg.compute_ms * 1e6)
+        planned = max(answered_ns + int(cfg.compute_ms * 1e6),
+                      self.t0 + int(it * cfg.period_ms * 1e6) if cfg.period_ms > 0 else 0)
+        shift_ns = int(self.shifts.take(self.log, it, planned) * 1e3) if self.shifts is not None else 0
+        self.t0 += shift_ns    # the period's clock: this start and every later one
+        target = answered_ns + int(cfg.compute_ms * 1e6) + shift_ns
         if cfg.period_ms > 0:
             target = max(target, self.t0 + int(it * cfg.period_ms * 1e6))
         if cfg.jitter_ms > 0:

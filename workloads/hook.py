@@ -23,6 +23,10 @@ can free last: a core dump of the 1 abort in 110 exits that remained showed a gl
 it (~ConcretePyObjectHolder taking the GIL) while the main thread was in Py_FinalizeEx. The hook holds
 every future it hands DDP for two iterations, so the last reference goes on the training thread.
 
+The hook listens on the job's port (PCNLAB_ANNOUNCE_PORT) for the controller's time shifts
+(`mode.interleave`, announce.Shifts): a shift delays the next training forward once, and with it that
+iteration's communication.
+
 In pcn-host runs (PCNLAB_PCN_START=1) the hook announces each iteration's gradients (PCN-START,
 announce.py) to the ring successor, where gloo's ring all-reduce sends them, one lead before the
 communication is expected: the previous iteration's compute time after the forward began.
@@ -38,15 +42,15 @@ import threading
 import time
 
 from pcnlab.jsonlines import Iteration
-from pcnlab.workloads.announce import Announcer, start_listener
+from pcnlab.workloads.announce import Announcer, Shifts, start_listener
 from pcnlab.workloads.joblog import JsonLog
 
 
 class IterationHook:
     """The state of one attached model: the iteration under way and its moments (monotonic ns)."""
 
-    def __init__(self, log: JsonLog, world: int, announcer: Announcer | None):
-        self.log, self.world, self.announcer = log, world, announcer
+    def __init__(self, log: JsonLog, world: int, announcer: Announcer | None, shifts: Shifts | None = None):
+        self.log, self.world, self.announcer, self.shifts = log, world, announcer, shifts
         self.iter = -1
         self.compute_start = self.comm_start = 0
         self.last_compute_ns = 0
@@ -68,6 +72,10 @@ class IterationHook:
 
         if not (module.training and torch.is_grad_enabled()):
             return
+        if self.shifts is not None:
+            shift_us = self.shifts.take(self.log, self.iter + 1, time.monotonic_ns())
+            if shift_us > 0:
+                time.sleep(shift_us / 1e6)
         with self._lock:
             self.iter += 1
             self.compute_start, self.comm_start, self.bytes = time.monotonic_ns(), 0, 0
@@ -152,14 +160,15 @@ def attach(model) -> IterationHook | None:
     log = JsonLog(path, job=job, host=host, role="worker", rank=rank,
                   config={"kind": "torchrun", "rank": rank, "world": world, "hook": "ddp"})
     atexit.register(log.close)
-    announcer = None
+    announcer, shifts = None, Shifts()
+    port = int(os.environ.get("PCNLAB_ANNOUNCE_PORT") or 0)
+    if port:   # absorbs the predecessor's announcements; takes the controller's shifts
+        start_listener(log, "0.0.0.0", port, shifts)
     if os.environ.get("PCNLAB_PCN_START") == "1":
-        port = int(os.environ["PCNLAB_ANNOUNCE_PORT"])
-        start_listener(log, "0.0.0.0", port)   # absorbs the predecessor's announcements
         announcer = Announcer(log, [os.environ["PCNLAB_ANNOUNCE_TO"]], port, job, rank,
                               sum(p.numel() * p.element_size() for p in model.parameters()),
                               float(os.environ.get("PCNLAB_PCN_LEAD_US") or 0))
-    hook = IterationHook(log, world, announcer)
+    hook = IterationHook(log, world, announcer, shifts)
     atexit.register(hook.drain)         # runs before log.close (atexit is last in, first out)
     model.register_forward_pre_hook(hook.on_forward)
     model.register_comm_hook(None, hook.comm_hook)

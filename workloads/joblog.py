@@ -11,7 +11,8 @@ and the record types after it are:
   compute_end_ns, comm_start_ns, comm_end_ns, bytes_sent, bytes_recv, loss (null where nothing trains),
   plus what the workload adds in its `extra` (params_sha, srtt_us, ...)
 - "interval" (background flows): start_ns, end_ns, bytes, mbps (+ sender's cwnd, srtt_us, retrans)
-- "connected" (a flow's connection), "announce" (PCN-START sent or received; host_ns: when),
+- "connected" (a flow's connection), "announce" (PCN-START sent or received; host_ns: when), "shift"
+  (a time shift from the controller received, or applied before iteration `iter`: shift_us),
   "error" (message), and "end" (status).
 """
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from pcnlab.workloads.burst_protocol import (Pacer, Payload, accept_workers, announce_udp, answer_all, join_ps,
-                                             ps_iteration, wait_and_announce, worker_iteration)
+                                             ps_iteration, wait_and_announce, worker_iteration, worker_shifts)
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.ltp.earlyclose import EarlyClose, hard_deadline_s
 from pcnlab.workloads.ltp.receiver import LtpServer
@@ -72,7 +72,7 @@ def ltp_ps_worker(cfg: BurstConfig, log: JsonLog) -> None:
                        bind_addr=sock.getsockname()[0], idle_timeout_s=cfg.timeout_s)
     burst = np.zeros(layout.total, dtype=np.float32)
     answer = Payload(cfg.reply_bytes)
-    pacer = Pacer(cfg)
+    pacer = Pacer(cfg, worker_shifts(cfg, log, sock.getsockname()[0]), log)
     answered = time.monotonic_ns()
     try:
         for it in range(cfg.iterations):

@@ -146,8 +146,9 @@ def _finish(sending: dict, workers: list[int], heard: dict[int, bool]) -> dict:
             "params_ms": round(max(r.end_ns - r.start_ns for r in results) / 1e6, 3)}
 
 
-def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, ann) -> None:
-    """One worker: compute, send each shard its part over LTP, receive every shard's parameters."""
+def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, ann, shifts=None) -> None:
+    """One worker: compute (delayed once by each of the controller's `shifts`), send each shard its part
+    over LTP, receive every shard's parameters."""
     from pcnlab.workloads.models import compute_gradients
 
     dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
@@ -166,7 +167,8 @@ def work(cfg, log, torch, dist, model, names, params, shards, dump, test, task, 
         for it in range(cfg.iterations):
             c0, c1, loss = timed_compute(
                 cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it, cfg.seed),
-                announce=(lambda t: ann.before(t, it)) if ann else None)
+                announce=(lambda t: ann.before(t, it)) if ann else None,
+                shifts=shifts, log=log, it=it)
             comm_start = time.monotonic_ns()
             outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
             results = [sender.send(it, g.numpy(), give_up_s) for sender, g in zip(senders, outgoing)]

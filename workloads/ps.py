@@ -26,7 +26,7 @@ from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.process_config import TRANSPORTS, TrainConfig, parse_config
 from pcnlab.workloads.tcpsense import HostTcpCounters
 from pcnlab.workloads.models import Task, build_model, compute_gradients
-from pcnlab.workloads.training_common import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
+from pcnlab.workloads.training_common import (Dumper, announcer, listen_on_job_port, digest, flat, held_out_accuracy,
                                        offsets, peers, run_main, setup_process, timed_compute, unflatten_into)
 
 
@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(cfg: TrainConfig, log) -> None:
-    if cfg.role() == "ps":
-        absorb_announcements(cfg, log)
+    shifts = listen_on_job_port(cfg, log)
     torch, dist = setup_process(cfg)
     model = build_model(cfg.model, cfg.seed, cfg.profile_scale)
     names, params = zip(*model.named_parameters())
@@ -69,11 +68,11 @@ def _run(cfg: TrainConfig, log) -> None:
             ltp.serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)
         else:
             ltp.work(cfg, log, torch, dist, model, names, params, shards, dump, test, _task(cfg),
-                     announcer(cfg, log, peers(cfg)[:cfg.servers], 4 * sum(p.numel() for p in params)))
+                     announcer(cfg, log, peers(cfg)[:cfg.servers], 4 * sum(p.numel() for p in params)), shifts)
     elif cfg.role() == "ps":
         _serve(cfg, log, torch, dist, model, names, params, shards[cfg.rank], workers, dump, test)
     else:
-        _work(cfg, log, torch, dist, model, names, params, shards, dump, test)
+        _work(cfg, log, torch, dist, model, names, params, shards, dump, test, shifts)
 
 
 def _serve(cfg, log, torch, dist, model, names, params, mine, workers, dump, test) -> None:
@@ -129,7 +128,7 @@ def _task(cfg: TrainConfig) -> Task | None:
                                                    shards=cfg.world - cfg.servers)
 
 
-def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> None:
+def _work(cfg, log, torch, dist, model, names, params, shards, dump, test, shifts) -> None:
     task = _task(cfg)
     dump(f"w{cfg.rank}_init_param", dict(zip(names, params)))
     per_shard = [[params[i] for i in owned] for owned in shards]
@@ -141,7 +140,8 @@ def _work(cfg, log, torch, dist, model, names, params, shards, dump, test) -> No
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
                                                                      cfg.seed),
-                                     announce=(lambda t: ann.before(t, it)) if ann else None)
+                                     announce=(lambda t: ann.before(t, it)) if ann else None,
+                                     shifts=shifts, log=log, it=it)
         comm_start = time.monotonic_ns()
         outgoing = [flat([p.grad for p in ps]) for ps in per_shard]
         level = comp.level

@@ -19,7 +19,7 @@ from pcnlab.workloads.adaptive import RankCompression
 from pcnlab.workloads.catalog import is_profile
 from pcnlab.workloads.process_config import TrainConfig, parse_config
 from pcnlab.workloads.models import Task, build_model, compute_gradients
-from pcnlab.workloads.training_common import (Dumper, absorb_announcements, announcer, digest, flat, held_out_accuracy,
+from pcnlab.workloads.training_common import (Dumper, announcer, listen_on_job_port, digest, flat, held_out_accuracy,
                                        peers, run_main, setup_process, timed_compute, unflatten_into)
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(cfg: TrainConfig, log) -> None:
-    absorb_announcements(cfg, log)
+    shifts = listen_on_job_port(cfg, log)
     torch, dist = setup_process(cfg)
     model = build_model(cfg.model, cfg.seed, cfg.profile_scale)
     names, params = zip(*model.named_parameters())
@@ -66,7 +66,8 @@ def _run(cfg: TrainConfig, log) -> None:
     for it in range(cfg.iterations):
         c0, c1, loss = timed_compute(cfg, lambda: compute_gradients(model, task, cfg.batch, cfg.rank, it,
                                                                      cfg.seed),
-                                     announce=(lambda t: ann.before(t, it)) if ann else None)
+                                     announce=(lambda t: ann.before(t, it)) if ann else None,
+                                     shifts=shifts, log=log, it=it)
         dump(f"w{cfg.rank}_it{it}_grad", {nm: p.grad for nm, p in zip(names, params)})
         comm_start = time.monotonic_ns()
         if sync is not None:  # compressed (gradsync.py): the level agreed, payloads all-gathered, averaged

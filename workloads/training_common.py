@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from pcnlab.workloads.announce import Announcer, start_listener
+from pcnlab.workloads.announce import Announcer, Shifts, start_listener
 from pcnlab.workloads.process_config import TrainConfig, as_dict
 from pcnlab.workloads.joblog import JsonLog
 
@@ -35,15 +35,19 @@ def open_log(cfg: TrainConfig) -> JsonLog:
     return JsonLog(cfg.log, job=cfg.job, host=cfg.host, role=cfg.role(), rank=cfg.rank, config=as_dict(cfg))
 
 
-def timed_compute(cfg: TrainConfig, work, announce=None) -> tuple[int, int, object]:
-    """Run `work()` and pad the phase to compute_ms (the accelerator's time it stands in for).
+def timed_compute(cfg: TrainConfig, work, announce=None, shifts: Shifts | None = None, log: JsonLog | None = None,
+                  it: int | None = None) -> tuple[int, int, object]:
+    """Run `work()` and pad the phase to compute_ms (the accelerator's time it stands in for), and by
+    the controller's time shifts that hold for the communication it plans (`shifts`: Shifts.take).
     `announce(comm_start_ns)`, if given, runs inside the pad, one lead before the phase ends (at once
     when the work overran it): the PCN-START of the communication that follows."""
     start = time.monotonic_ns()
+    shift_us = shifts.take(log, it, start + int(cfg.compute_ms * 1e6)) if shifts is not None else 0.0
     result = work()
+    phase_ns = int(cfg.compute_ms * 1e6 + shift_us * 1e3)
     if announce is not None:
-        announce(max(start + int(cfg.compute_ms * 1e6), time.monotonic_ns()))
-    pad = cfg.compute_ms / 1e3 - (time.monotonic_ns() - start) / 1e9
+        announce(max(start + phase_ns, time.monotonic_ns()))
+    pad = phase_ns / 1e9 - (time.monotonic_ns() - start) / 1e9
     if pad > 0:
         time.sleep(pad)
     return start, time.monotonic_ns(), result
@@ -60,10 +64,13 @@ def announcer(cfg: TrainConfig, log: JsonLog, destinations: list[str], nbytes: i
     return Announcer(log, destinations, cfg.master_port, cfg.job, cfg.rank, nbytes, cfg.pcn_lead_us)
 
 
-def absorb_announcements(cfg: TrainConfig, log: JsonLog) -> None:
-    """A rank that bursts are sent to (a PS shard, a ring rank) absorbs the PCN-STARTs sent to it."""
-    if cfg.pcn_start and cfg.addr:
-        start_listener(log, cfg.addr, cfg.master_port)
+def listen_on_job_port(cfg: TrainConfig, log: JsonLog) -> Shifts:
+    """Every rank listens on its address and the job's port: one that bursts are sent to (a PS shard, a
+    ring rank) absorbs the PCN-STARTs sent to it, and every one takes the controller's time shifts."""
+    shifts = Shifts()
+    if cfg.addr:
+        start_listener(log, cfg.addr, cfg.master_port, shifts)
+    return shifts
 
 
 def should_evaluate(cfg: TrainConfig, it: int) -> bool:

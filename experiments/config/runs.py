@@ -79,6 +79,7 @@ class ModeConfig:
     drop_non_ect: bool = default("mode", "drop_non_ect")
     announce_hold_us: int = default("mode", "announce_hold_us")
     count_announcements: bool = default("mode", "count_announcements")
+    interleave: bool = default("mode", "interleave")   # controller/turns.py: jobs at a shared port take turns
 
     def port_mode_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.dataplane.PortMode."""

@@ -236,6 +236,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("drop_non_ect", "bool", DROP_NON_ECT, "pcn: drop background non-ECT packets above K_pre inside a window"),
         Key("announce_hold_us", "int", HOLD_US, "pcn-host: an announcement keeps K_pre for background at most "
             "this long when its burst never arrives", unit="us", min=1, max=MAX_BURST_GAP_US, scales=TIME),
+        Key("interleave", "bool", False, "jobs that share a port take turns: the controller plans time shifts "
+            "that interleave their communication, from each job's predicted period and communication time there "
+            "(CASSINI's unified circle for unequal periods), sends each job's processes its shift over the "
+            "announcements' port, and plans again when the phases drift; a job that does not listen (an unmodified "
+            "script) is left where it is and named (controller/turns.py). Any mode"),
         Key("count_announcements", "bool", COUNT_ANNOUNCEMENTS, "pcn-host: the announcements waiting in the queue count in "
             "the depth it marks at (BMv2 counts packets, so a 115-byte PCN-START weighs as a full one; "
             "false: mark at the depth without them; pcn-training's start queue 5.4-5.9 with, 6.2-6.5 without)"),

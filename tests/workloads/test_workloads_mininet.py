@@ -21,12 +21,13 @@ SWITCHES = ["bridge", pytest.param("bmv2", marks=[needs_bmv2, pytest.mark.bmv2])
 LR = 0.2
 
 
-@pytest.mark.parametrize("switch", SWITCHES)
+# Over BMv2 only (22 s a run; the jobs are the same over bridges, whose forwarding the other tests here cover).
+@pytest.mark.parametrize("switch", SWITCHES[1:])
 def test_ps_and_ring_jobs_train_in_their_hosts(run_folder, switch):
     ps = JobSpec(name="ps", kind="ps", servers=("h1", "h2"), workers=("h3", "h4", "h5"), iterations=3,
                  model="mlp", batch=64, lr=LR, dump_tensors=True)
-    # Over BMv2 the ring carries ResNet-50's gradient profile (1 MB per iteration); over bridges, a CNN.
-    model = "profile:resnet50" if switch == "bmv2" else "cnn"
+    # The ring carries ResNet-50's gradient profile (1 MB per iteration).
+    model = "profile:resnet50"
     ring = JobSpec(name="ring", kind="ring", workers=("h6", "h7", "h8"), iterations=3, model=model,
                    profile_scale=0.01, lr=LR, bucket_mb=0.25, compute_ms=10, dump_tensors=True)
     with network(run_folder, switch, "star", hosts=8) as net:
@@ -47,10 +48,9 @@ def test_ps_and_ring_jobs_train_in_their_hosts(run_folder, switch):
             assert read_json_lines(p.log)[0]["host"] == p.host
     check_ps_sync(ps_job, 3, LR)
     check_ring_sync(ring_job, 3, LR)
-    for run in losses(ps_job) + (losses(ring_job) if model == "cnn" else []):
+    for run in losses(ps_job):
         assert run[-1] < run[0], run
-    if model != "cnn":
-        assert ring_job.records("worker0")[0]["bytes_sent"] == round(2 * 2 / 3 * 4 * 255_573)
+    assert ring_job.records("worker0")[0]["bytes_sent"] == round(2 * 2 / 3 * 4 * 255_573)
 
 
 @pytest.mark.parametrize("switch", SWITCHES)

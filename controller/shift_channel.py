@@ -1,0 +1,117 @@
+"""The controller's channel to the jobs (`mode.interleave`): a time shift reaches each sending process
+of a job as a UDP datagram {"shift_us", "plan", "at_ns"} to its host's own address on the job's port, where the
+process's listener (workloads/announce.py) already absorbs PCN-START announcements. The shift holds
+for communications planned to start from `at_ns` on (SETTLE_S after sending, on the monotonic clock
+every Mininet host and container of the machine shares), so all of a job's processes delay the same
+iteration. The controller runs
+outside the hosts, so the socket for each host is made inside the host's network namespace (setns(2) on
+a thread of its own, which then ends: the socket stays in that namespace); a container that joined the
+host's namespace listens in the same one.
+
+The datagram's socket is connected, so a host where nothing listens answers with ICMP port
+unreachable, which the socket reports (ECONNREFUSED) on the next look: that job has no channel (an
+unmodified script) and is named. Python's os module has no setns before 3.12, hence ctypes; nothing in
+the field's libraries does this for a socket (pyroute2's netns moves a process's whole thread set).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+CLONE_NEWNET = 0x40000000
+REFUSAL_WAIT_S = 0.05    # loopback's ICMP answer comes at once; this is ample
+SETTLE_S = 0.02          # a shift holds for communications planned from this long after it is sent on
+
+
+@dataclass(frozen=True)
+class Target:
+    """One sending process of a job: its host, the pid whose network namespace is the host's, its address
+    and the job's port."""
+
+    host: str
+    netns_pid: int
+    ip: str
+    port: int
+
+
+def socket_in_netns(netns_pid: int, family=socket.AF_INET, kind=socket.SOCK_DGRAM) -> socket.socket:
+    """A socket made inside the network namespace of process `netns_pid`."""
+    made: dict = {}
+
+    def make():
+        try:
+            fd = os.open(f"/proc/{netns_pid}/ns/net", os.O_RDONLY)
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns into the network namespace of pid {netns_pid}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            made["socket"] = socket.socket(family, kind)
+        except OSError as exc:
+            made["error"] = exc
+
+    thread = threading.Thread(target=make, name=f"netns-{netns_pid}")
+    thread.start()
+    thread.join()
+    if "error" in made:
+        raise made["error"]
+    return made["socket"]
+
+
+class ShiftChannel:
+    """The targets of every job that can be sent shifts, and the sending; see the module's note."""
+
+    def __init__(self):
+        self._targets: dict[int, tuple[Target, ...]] = {}
+        self._sockets: dict[Target, socket.socket] = {}
+
+    def add_job(self, job: int, targets) -> None:
+        self._targets[job] = tuple(targets)
+
+    def jobs(self) -> tuple[int, ...]:
+        return tuple(self._targets)
+
+    def send(self, job: int, shift_us: float, plan: int) -> dict[str, str]:
+        """Send the shift to every process of `job`; per host: "sent", "refused" (nothing listens there)
+        or the error. Blocks about REFUSAL_WAIT_S (run it off the controller's loop)."""
+        at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)
+        message = json.dumps({"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}).encode()
+        out: dict[str, str] = {}
+        sent = []
+        for target in self._targets.get(job, ()):
+            try:
+                sock = self._socket(target)
+                sock.send(message)
+                sent.append(target)
+                out[target.host] = "sent"
+            except OSError as exc:
+                out[target.host] = "refused" if exc.errno == errno.ECONNREFUSED else str(exc)
+        if sent:
+            time.sleep(REFUSAL_WAIT_S)
+        for target in sent:
+            err = self._sockets[target].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                out[target.host] = "refused" if err == errno.ECONNREFUSED else os.strerror(err)
+        return out
+
+    def _socket(self, target: Target) -> socket.socket:
+        sock = self._sockets.get(target)
+        if sock is None:
+            sock = socket_in_netns(target.netns_pid)
+            sock.connect((target.ip, target.port))
+            self._sockets[target] = sock
+        return sock
+
+    def close(self) -> None:
+        for sock in self._sockets.values():
+            sock.close()
+        self._sockets.clear()

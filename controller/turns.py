@@ -1,0 +1,245 @@
+"""Jobs that share a port take turns (`mode.interleave`): what the controller sees of each job at a port
+becomes the phases the interleaving core plans on (interleave.py), and the plan's shifts are what to
+send each job. Pure: times are the switch's clock (µs), fed by the scheduler (scheduler.py), which
+sends the shifts (shift_channel.py).
+
+Per (switch, port, job) it keeps the recent iteration starts (the reports the predictor takes for
+starts) and each iteration's communication time there: from its start to the job's last packet before
+its next start, which that start's report gives (its time minus the silence before it, `idle_us`; the
+switch reports a burst's end only when other traffic comes to the port, so it is not waited for). Only
+the starts the job's segmenter takes for iterations once it has split its silences count: before, its
+flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
+Periods are measured, not declared: a job paced by its compute and its communication has no clock
+and its period wanders with the queue, so periods that agree within their measured spread (`SAME`)
+are taken as one, their median, before the plan and the checks.
+
+A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
+median period, its latest start and, as its communication time, the lower quartile of its recent ones
+(the cleaner ones, closer to what it needs alone: one that overlapped another job's was stretched by
+it). A job belongs to the first port that plans it; at another port it is fixed (shift 0), as is a
+job found without the channel (`fix`: the host refused the datagram; an unmodified script). Fixed jobs
+come first, so the first is the plan's anchor; a second fixed job at the port cannot be planned around
+and is left out of the plan (named in its record).
+
+Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
+(interleave.drift): a job that moved from its slot by more than half the plan's clearance or a period
+that changed makes a new plan, as does a job that came (`after` starts at the port). A plan moves jobs
+only when it cuts their overlap by MIN_GAIN; otherwise it records them where they are (a job paced by
+its compute speeds up once its communication no longer overlaps: a new period, and nothing to move).
+At most `max_plans` plans that move jobs per port: a job that ignores its shifts is not shifted for ever.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from pcnlab.controller.interleave import JobPhase, Plan, clearance, drift, fractions, plan
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    after: int = 4          # starts of each job at the port before its first plan
+    check_every: int = 3    # the anchor's starts between two checks of a plan
+    max_plans: int = 4      # plans that move jobs, per port
+    samples: int = 8        # recent iterations behind a job's period and communication time
+
+
+@dataclass(frozen=True)
+class ShiftOrder:
+    """Send job `job` a delay of its next communication: `shift_us`, from plan number `plan` of a port."""
+
+    switch: str
+    port: int
+    job: int
+    shift_us: float
+    plan: int
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """A plan made at a port, for the event log: when (switch µs), why, and what it predicts."""
+
+    switch: str
+    port: int
+    number: int
+    at_us: int
+    reason: str
+    plan: Plan
+    fixed: tuple = ()
+    left_out: tuple = ()
+    orders: tuple[ShiftOrder, ...] = ()
+
+    def fields(self) -> dict:
+        p = self.plan
+        return {"switch": self.switch, "port": self.port, "plan": self.number, "t_us": self.at_us,
+                "reason": self.reason, "jobs": list(p.jobs), "fixed": list(self.fixed), "left_out": list(self.left_out),
+                "shifts_us": {str(j): round(s) for j, s in p.shifts_us.items()},
+                "period_us": {str(ph.job): round(ph.period_us) for ph in p.phases},
+                "comm_us": {str(ph.job): round(ph.comm_us) for ph in p.phases},
+                "overlap_before": {str(j): round(f, 3) for j, f in p.before_fraction.items()},
+                "overlap_after": {str(j): round(f, 3) for j, f in p.overlap_fraction.items()},
+                "clearance_us": round(p.clearance_us) if p.clearance_us != float("inf") else None}
+
+
+SAME = 2.0       # periods within this many times the larger one's spread (median absolute deviation) are one
+MIN_GAIN = 0.05  # a plan moves jobs only when it cuts their overlap shares (summed) by this much
+
+
+@dataclass
+class _Track:
+    starts: deque
+    comms: deque
+    split: bool = False        # its segmenter tells iteration starts from flights
+
+    def period_us(self) -> tuple[float, float] | None:
+        """(median start to start, its median absolute deviation)."""
+        s = list(self.starts)
+        gaps = [b - a for a, b in zip(s, s[1:]) if b > a]
+        if not gaps:
+            return None
+        median = float(statistics.median(gaps))
+        return median, float(statistics.median(abs(g - median) for g in gaps))
+
+
+@dataclass
+class _Port:
+    tracks: dict = field(default_factory=dict)    # job -> _Track
+    plan: Plan | None = None
+    plans: int = 0                                 # plans that moved a job
+    records: int = 0                               # plans made, moving a job or not
+    anchor_starts: int = 0                         # the anchor's starts since the plan
+    left_out: tuple = ()                           # fixed jobs the plan could not take
+
+
+class Turns:
+    """The turns of the jobs at every port of every switch; see the module's note."""
+
+    def __init__(self, config: TurnConfig | None = None):
+        self.config = config or TurnConfig()
+        self._ports: dict[tuple[str, int], _Port] = {}
+        self._owner: dict[int, tuple[str, int]] = {}   # job -> the port whose plan shifts it
+        self._fixed: set[int] = set()                  # jobs without the channel
+
+    def on_start(self, switch: str, port: int, job: int, t_us: int, idle_us: int | None,
+                 split: bool = True) -> PlanRecord | None:
+        """An iteration start of `job` at the port after `idle_us` of the job's silence there (`split`: the
+        key's segmenter has split its silences): a new plan for the port when one is due (else None)."""
+        key = (switch, port)
+        state = self._ports.setdefault(key, _Port())
+        track = self._track(switch, port, job)
+        if split != track.split:              # what came before the split were flights, not iterations
+            track.starts.clear()
+            track.comms.clear()
+            track.split = split
+        if not split:
+            return None
+        if track.starts and idle_us is not None and t_us - idle_us > track.starts[-1]:
+            track.comms.append(t_us - idle_us - track.starts[-1])
+        track.starts.append(t_us)
+        if state.plan is None:
+            return self._plan(key, state, t_us, "first plan") if self._ready(state) else None
+        if job not in state.plan.jobs and job not in state.left_out:
+            came = (track.split and len(track.starts) >= self.config.after and track.comms
+                    and state.plans < self.config.max_plans)
+            return self._plan(key, state, t_us, f"job {job} came") if came else None
+        if job != state.plan.jobs[0]:
+            return None
+        state.anchor_starts += 1
+        if state.anchor_starts < self.config.check_every or state.plans >= self.config.max_plans:
+            return None
+        state.anchor_starts = 0
+        observed = [self._phase(state, j) for j in state.plan.jobs]
+        if any(o is None for o in observed):
+            return None
+        checked = drift(state.plan, same_periods(observed, state.plan.phases))
+        return self._plan(key, state, t_us, checked.reason) if checked.replan else None
+
+    def fix(self, job: int) -> None:
+        """`job` cannot be shifted (its hosts refused the channel): fixed at every port from now, and the
+        ports whose plan counted on shifting it plan again at the next start."""
+        if job in self._fixed:
+            return
+        self._fixed.add(job)
+        for key, state in self._ports.items():
+            if state.plan is not None and job in state.plan.jobs:
+                state.plan = None
+        self._owner = {j: k for j, k in self._owner.items() if j != job}
+
+    def _track(self, switch: str, port: int, job: int) -> _Track:
+        state = self._ports.setdefault((switch, port), _Port())
+        if job not in state.tracks:
+            n = self.config.samples
+            state.tracks[job] = _Track(deque(maxlen=n + 1), deque(maxlen=n))
+        return state.tracks[job]
+
+    def _ready(self, state: _Port) -> bool:
+        ready = [j for j, t in state.tracks.items() if t.split and len(t.starts) >= self.config.after and t.comms]
+        return len(ready) >= 2 and state.plans < self.config.max_plans
+
+    def _phase(self, state: _Port, job: int) -> _Phase | None:
+        track = state.tracks.get(job)
+        period = track.period_us() if track is not None and track.split else None
+        if not period or not track.comms:
+            return None
+        comm = float(statistics.quantiles(track.comms, n=4)[0]) if len(track.comms) > 1 else float(track.comms[0])
+        return _Phase(JobPhase(job, period[0], comm, float(track.starts[-1])), period[1])
+
+    def _plan(self, key: tuple[str, int], state: _Port, at_us: int, reason: str) -> PlanRecord | None:
+        phases = same_periods([p for p in (self._phase(state, j) for j in state.tracks) if p is not None])
+        fixed = [p for p in phases if p.job in self._fixed or self._owner.get(p.job, key) != key]
+        free = [p for p in phases if p not in fixed]
+        if not free or len(phases) < 2:
+            return None
+        ordered = fixed[:1] + free
+        made = plan(ordered)
+        if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN:
+            made = unmoved(made)     # already as apart as a shift would make them: nothing to send
+        else:
+            state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever
+        state.plan, state.anchor_starts = made, 0
+        state.left_out = tuple(p.job for p in fixed[1:])
+        for p in free:
+            self._owner[p.job] = key
+        state.records += 1
+        orders = tuple(ShiftOrder(key[0], key[1], p.job, made.shifts_us[p.job], state.records)
+                       for p in free if made.shifts_us[p.job] > 0)
+        return PlanRecord(key[0], key[1], state.records, at_us, reason, made, tuple(p.job for p in fixed[:1]),
+                          state.left_out, orders)
+
+
+@dataclass(frozen=True)
+class _Phase:
+    phase: JobPhase
+    spread_us: float              # the period's median absolute deviation
+
+
+def same_periods(phases, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
+    """The phases with periods that agree within SAME times their spread taken as one (their median),
+    and, given the phases a plan was made from, a period within that of its planned one taken as that."""
+    out = [p.phase for p in phases]
+    spread = {p.phase.job: p.spread_us for p in phases}
+
+    def close(a: float, b: float, *jobs) -> bool:
+        return abs(a - b) <= SAME * max(spread.get(j, 0.0) for j in jobs)
+    if planned:
+        was = {p.job: p.period_us for p in planned}
+        return [replace(p, period_us=was[p.job]) if p.job in was and close(p.period_us, was[p.job], p.job) else p
+                for p in out]
+    groups: list[list[JobPhase]] = []
+    for p in sorted(out, key=lambda p: p.period_us):
+        if groups and close(p.period_us, statistics.median(q.period_us for q in groups[-1]), p.job, groups[-1][0].job):
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    one = {p.job: float(statistics.median(q.period_us for q in g)) for g in groups for p in g}
+    return [replace(p, period_us=one[p.job]) for p in out]
+
+
+def unmoved(made: Plan) -> Plan:
+    """The plan that leaves every job where it is: no shifts, the overlap as it is."""
+    shifts = [0.0] * len(made.phases)
+    return replace(made, shifts_us={p.job: 0.0 for p in made.phases},
+                   overlap_fraction=fractions(made.phases, shifts, made.circle),
+                   clearance_us=clearance(made.phases, shifts, made.circle))

@@ -1,0 +1,77 @@
+"""The controller's channel to a job (controller/shift_channel.py) into a real network namespace: a
+process there listening on the job's port (workloads/announce.py, as every worker does) takes the
+shift and its loop applies it once, to a communication planned from the moment the shift holds; a namespace where nothing listens refuses it, which the channel
+reports, so the job is named and left where it is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, needs_root
+from pcnlab.controller.shift_channel import ShiftChannel, Target
+
+pytestmark = needs_root
+
+PORT = 5911
+LISTENER = f"""
+import json, sys, time
+from pcnlab.workloads.announce import Shifts, start_listener
+from pcnlab.workloads.joblog import JsonLog
+log = JsonLog(sys.argv[1], job="j", host="hx", role="worker", rank=0)
+shifts = Shifts()
+assert start_listener(log, "10.9.9.9", {PORT}, shifts)
+print("listening", flush=True)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    taken = shifts.take(log, 3, time.monotonic_ns())      # a communication planned now
+    if taken:
+        print("taken", taken, shifts.take(), flush=True)
+        break
+    time.sleep(0.01)
+log.close()
+"""
+
+
+def _in_new_netns(argv: list[str]) -> subprocess.Popen:
+    """`argv` in a network namespace of its own with lo up holding 10.9.9.9 too."""
+    setup = "ip link set lo up && ip addr add 10.9.9.9/32 dev lo"
+    return subprocess.Popen(["unshare", "--net", "sh", "-c", f'{setup} && exec "$@"', "sh", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def test_a_listening_process_takes_its_shift_once_and_a_silent_namespace_refuses(tmp_path):
+    log = tmp_path / "worker.jsonl"
+    listener = _in_new_netns([sys.executable, "-c", LISTENER, str(log)])
+    silent = _in_new_netns(["sleep", "10"])
+    channel = ShiftChannel()
+    try:
+        assert listener.stdout.readline().strip() == "listening", listener.stderr.read()
+        time.sleep(0.2)   # the silent one's namespace is set up
+        channel.add_job(1, [Target("hx", listener.pid, "10.9.9.9", PORT)])
+        channel.add_job(2, [Target("hy", silent.pid, "10.9.9.9", PORT)])
+        sent_ns = time.monotonic_ns()
+        assert channel.send(1, 1234.4, plan=1) == {"hx": "sent"}
+        assert channel.send(2, 500, plan=1) == {"hy": "refused"}
+        out, err = listener.communicate(timeout=15)
+        assert out.split() == ["taken", "1234.0", "0.0"], err      # µs, whole; once: none left after
+        lines = [line for line in log.read_text().splitlines() if '"shift"' in line]
+        assert '"direction":"received","shift_us":1234,"plan":1' in lines[0]
+        received = json.loads(lines[0])
+        assert received["at_ns"] >= sent_ns + 0.02e9                   # it holds from SETTLE_S after sending
+        assert json.loads(lines[1])["host_ns"] >= received["at_ns"]     # and was taken no sooner
+        assert '"direction":"applied","iter":3,"shift_us":1234' in lines[1]
+    finally:
+        channel.close()
+        for proc in (listener, silent):
+            proc.kill()
+            proc.wait()
+
+
+def test_no_such_namespace_is_an_error_for_that_host_not_a_crash():
+    channel = ShiftChannel()
+    channel.add_job(1, [Target("gone", 2 ** 22 + 7, "10.9.9.9", PORT)])
+    assert channel.send(1, 100, plan=1) == {"gone": f"[Errno 2] No such file or directory: '/proc/{2 ** 22 + 7}/ns/net'"}
+    assert channel.send(3, 100, plan=1) == {}          # a job never added: no host to send to

@@ -1,0 +1,124 @@
+"""Turns at a shared port (controller/turns.py), fed as the scheduler feeds it: two jobs' starts and the
+silence before each, in a switch's clock. A plan comes once both showed `after` iterations, with the shift
+that puts them half a period apart; jobs that obey it are not planned again; one that ignores it is
+planned again at most `max_plans` times; a job without the channel is the fixed anchor; a job at a
+second port is fixed there; a third job that comes is planned in."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcnlab.controller.turns import TurnConfig, Turns
+
+MS = 1000
+
+
+def feed(turns: Turns, jobs: dict, iterations: int, obey: set = frozenset(), port: int = 1, from_ms: int = 0) -> list:
+    """Jobs {job: (period_ms, comm_ms, first_start_ms)} start at the port (from `from_ms` on), each start with
+    the silence since the job's last packet there (comm_ms after its previous start), in time order; each job
+    in `obey` delays its starts from the next one on by every shift ordered for it. The plans made."""
+    delay = {j: 0 for j in jobs}
+    nxt = {j: (from_ms + first) * MS for j, (_, _, first) in jobs.items()}
+    last = {j: None for j in jobs}       # the job's last packet at the port
+    count = {j: 0 for j in jobs}
+    plans = []
+    while min(count.values()) < iterations:
+        job = min(nxt, key=lambda j: (nxt[j], j))
+        period, comm, _ = jobs[job]
+        t = nxt[job]
+        record = turns.on_start("s1", port, job, t, None if last[job] is None else t - last[job])
+        last[job] = t + comm * MS
+        if record is not None:
+            plans.append(record)
+            for order in record.orders:
+                if order.job in obey:
+                    delay[order.job] += order.shift_us
+        count[job] += 1
+        nxt[job] = t + period * MS + delay[job]
+        delay[job] = 0
+    return plans
+
+
+def test_two_equal_jobs_starting_together_are_planned_half_a_period_apart_once():
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 30, obey={1, 2})
+    assert len(plans) == 1, [p.reason for p in plans]
+    first = plans[0]
+    assert first.reason == "first plan" and first.number == 1
+    assert first.plan.before_fraction[2] > 0.9 and first.plan.overlap_fraction == {1: 0.0, 2: 0.0}
+    (order,) = first.orders                       # the anchor keeps its place: one job is sent a shift
+    assert order.job == 2 and order.shift_us == pytest.approx(490 * MS, abs=2 * MS)
+    fields = first.fields()
+    assert fields["period_us"] == {"1": 1000 * MS, "2": 1000 * MS} and fields["comm_us"] == {"1": 400 * MS, "2": 400 * MS}
+
+
+def test_a_job_that_ignores_its_shift_is_planned_again_at_most_max_plans_times():
+    turns = Turns(TurnConfig(after=4, check_every=3, max_plans=3))
+    plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 40, obey=set())
+    assert [p.number for p in plans] == [1, 2, 3]
+    assert all("moved" in p.reason for p in plans[1:]), [p.reason for p in plans]
+
+
+def test_unequal_periods_are_planned_on_their_common_circle():
+    turns = Turns(TurnConfig(after=4, check_every=4))
+    plans = feed(turns, {1: (600, 150, 0), 2: (900, 200, 5)}, 30, obey={1, 2})
+    assert plans[0].plan.circle.length_us == 1800 * MS
+    assert sum(plans[0].plan.overlap_fraction.values()) < sum(plans[0].plan.before_fraction.values())
+
+
+def test_a_job_without_the_channel_is_the_fixed_anchor():
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    first = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 6)[0]
+    mover = first.orders[0].job
+    turns.fix(mover)                              # its hosts refused the datagram: plan again without moving it
+    replanned = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 6, from_ms=10_000)
+    assert replanned and replanned[0].fixed == (mover,)
+    assert [o.job for o in replanned[0].orders] == [3 - mover]
+
+
+def test_a_job_planned_at_one_port_is_fixed_at_another():
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    jobs = {1: (1000, 300, 0), 2: (1000, 300, 10)}
+    at_one = feed(turns, jobs, 6, port=1)[0]
+    moved = at_one.orders[0].job
+    at_two = feed(turns, {moved: jobs[moved], 3: (1000, 300, 20)}, 6, port=2)[0]
+    assert at_two.fixed == (moved,) and [o.job for o in at_two.orders] == [3]
+
+
+def test_a_third_job_that_comes_is_planned_in():
+    turns = Turns(TurnConfig(after=4, check_every=50))
+    feed(turns, {1: (900, 200, 0), 2: (900, 200, 5)}, 6, obey={1, 2})
+    plans = feed(turns, {1: (900, 200, 0), 2: (900, 200, 5), 3: (900, 200, 7)}, 12, obey={1, 2, 3}, from_ms=10_000)
+    assert any(p.reason == "job 3 came" and set(p.plan.jobs) == {1, 2, 3} for p in plans), [p.reason for p in plans]
+
+
+def test_flights_before_the_split_are_not_iterations():
+    turns = Turns(TurnConfig(after=4))
+    for k in range(12):                          # both jobs' flights, 15 ms apart, before any split
+        for job in (1, 2):
+            assert turns.on_start("s1", 1, job, k * 15 * MS + job, 10 * MS, split=False) is None
+    plans = feed(turns, {1: (500, 200, 0), 2: (500, 200, 3)}, 8, obey={1, 2}, from_ms=1000)
+    assert plans and plans[0].fields()["period_us"] == {"1": 500 * MS, "2": 500 * MS}
+
+
+def test_periods_that_agree_within_their_spread_are_one():
+    # Two identical jobs paced by compute: their measured periods differ by noise (512 and 489 ms medians).
+    turns = Turns(TurnConfig(after=6))
+    t = {1: 0, 2: 5 * MS}
+    noise = {1: [0, 20, -20, 10, -10, 25, -15, 5], 2: [0, -22, 18, -8, 12, -25, 15, -5]}
+    made = None
+    for k in range(8):
+        for job, base in ((1, 512), (2, 489)):
+            made = made or turns.on_start("s1", 1, job, t[job], None if k == 0 else base * MS - 200 * MS)
+            t[job] += (base + noise[job][k]) * MS
+    assert made is not None
+    periods = set(made.fields()["period_us"].values())
+    assert len(periods) == 1 and 489 * MS <= periods.pop() <= 512 * MS
+    assert made.plan.overlap_fraction == {1: 0.0, 2: 0.0}
+
+
+def test_jobs_already_apart_are_recorded_where_they_are_and_sent_nothing():
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 500)}, 12)
+    assert plans[0].orders == () and plans[0].plan.shifts_us == {1: 0.0, 2: 0.0}
+    assert plans[0].plan.overlap_fraction == {1: 0.0, 2: 0.0} and plans[0].fields()["clearance_us"] == 100 * MS
