@@ -158,13 +158,14 @@ def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
     def named(d) -> dict:
         return {name.get(str(k), str(k)): v for k, v in (d or {}).items()}
     rows = events.to_dict("records") if not events.empty and "type" in events else []
-    plans = [{"plan": r["plan"], "switch": r["switch"], "port": r["port"], "t_us": r["t_us"], "reason": r["reason"],
+    plans = [{"plan": int(r["plan"]), "switch": r["switch"], "port": int(r["port"]), "t_us": int(r["t_us"]),
+              "reason": r["reason"],
               "shifts_ms": {k: v / 1000 for k, v in named(r["shifts_us"]).items()},
               "overlap_before": named(r["overlap_before"]), "overlap_after": named(r["overlap_after"])}
              for r in rows if r["type"] == "interleave_plan"]
-    shifts = [{"plan": r["plan"], "job": name.get(str(r["job"]), str(r["job"])), "shift_ms": r["shift_us"] / 1000,
+    shifts = [{"plan": int(r["plan"]), "job": name.get(str(int(r["job"])), str(r["job"])), "shift_ms": r["shift_us"] / 1000,
                "hosts": len(r["hosts"] or {}), "sent": sum(v == "sent" for v in (r["hosts"] or {}).values()),
                "refused": sorted(h for h, v in (r["hosts"] or {}).items() if v != "sent")}
               for r in rows if r["type"] == "shift"]
-    skipped = sorted({name.get(str(r["job"]), str(r["job"])) for r in rows if r["type"] == "interleave_skip"})
+    skipped = sorted({name.get(str(int(r["job"])), str(r["job"])) for r in rows if r["type"] == "interleave_skip"})
     return {"plans": plans, "shifts": shifts, "left_alone": skipped}
