@@ -17,9 +17,10 @@ from pcnlab.jsonlines import read_json_lines
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
-# Clocked (period_ms): started within 100 ms of each other (measured), their 200 ms bursts collide, and
-# stay so until one is moved.
-JOB = ("kind: generator, pattern: ps, ps: h1, burst_bytes: 250000, reply_bytes: 1000, period_ms: 500, "
+# Clocked (period_ms): their 320 ms bursts (2 x 400 KB at 20 Mbit/s) collide unless the jobs start more
+# than 320 ms apart (they started 14-192 ms apart in 5 runs here), and stay so until one is moved; moved
+# half a period, 80 ms are free on each side.
+JOB = ("kind: generator, pattern: ps, ps: h1, burst_bytes: 400000, reply_bytes: 1000, period_ms: 800, "
        "iterations: 24, cc: cubic, ecn: true")
 SPEC = f"""
 name: turns
@@ -65,7 +66,7 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     after = table[table["first_in_us"] > first["t_us"] + 2 * period_us]
     share = lambda rows: rows["overlap_us"].sum() / rows["bct_us"].sum()   # noqa: E731
     assert len(before) >= 4 and len(after) >= 8, (len(before), len(after))
-    assert share(before) > 0.5 and share(after) < 0.1, (share(before), share(after))
+    assert share(before) > 0.2 and share(after) < 0.1, (share(before), share(after))
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["interleave"]["plans"][0]["shifts_ms"][name] == pytest.approx(first["shifts_us"][str(moved)] / 1000)
     assert metrics["interleave"]["shifts"][0] == {"plan": 1, "job": name, "shift_ms": sent[0]["shift_us"] / 1000,
