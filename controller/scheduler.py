@@ -115,9 +115,10 @@ class PcnScheduler:
         report = BurstReport(switch, burst.port, burst.job, burst.ts_us, burst.queue_pkts, burst.idle_us)
         covered = self.core.planner.covering(report.key, report.t_us)
         observation, changes = self.core.on_report(report)
+        gap_us = self.core.iteration_gap_us(report.key)     # the split learned so far (None: none yet)
         self.events.write("report", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                           queue_pkts=burst.queue_pkts, kind=observation.kind, covered=bool(covered),
-                          idle_us=burst.idle_us, gap_us=self.core.iteration_gap_us(report.key))
+                          idle_us=burst.idle_us, gap_us=gap_us)
         if observation.predicted_us is not None:
             self.events.write("actual", switch=switch, port=burst.port, job=burst.job, t_us=burst.ts_us,
                               predicted_us=observation.predicted_us, error_us=observation.error_us,
@@ -130,12 +131,11 @@ class PcnScheduler:
                 self._log_prediction(prediction, burst.ts_us)
         if self.turns is not None and observation.kind != "sub-burst":
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
-                                         self.core.iteration_gap_us(report.key) is not None)
+                                         gap_us is not None)
             if record is not None:
                 self.events.write("interleave_plan", **record.fields())
                 self._tasks.append(asyncio.ensure_future(self._send_shifts(record)))
-        gap = self.gaps.observe(report.key, burst.idle_us, observation.kind != "sub-burst",
-                                self.core.iteration_gap_us(report.key))
+        gap = self.gaps.observe(report.key, burst.idle_us, observation.kind != "sub-burst", gap_us)
         if gap is not None and switch not in self._down:
             self._tasks.append(asyncio.ensure_future(self._write_gap(switch, burst.job, gap)))
         self._tasks.append(asyncio.ensure_future(self._apply(changes)))
@@ -163,11 +163,8 @@ class PcnScheduler:
     async def _send_shifts(self, record: PlanRecord) -> None:
         """Each shift of a plan to its job's processes; a job none of whose hosts listens is fixed from
         then on (its port plans again without moving it) and named."""
-        for order in record.orders:
-            if order.job not in self.channel.jobs():
-                hosts = {}
-            else:
-                hosts = await asyncio.to_thread(self.channel.send, order.job, order.shift_us, order.plan)
+        for order in record.orders:      # a job never added to the channel: no host, {}
+            hosts = await asyncio.to_thread(self.channel.send, order.job, order.shift_us, order.plan)
             self.events.write("shift", switch=order.switch, port=order.port, job=order.job,
                               shift_us=round(order.shift_us), plan=order.plan, hosts=hosts)
             if not any(v == "sent" for v in hosts.values()):

@@ -77,9 +77,6 @@ class ShiftChannel:
     def add_job(self, job: int, targets) -> None:
         self._targets[job] = tuple(targets)
 
-    def jobs(self) -> tuple[int, ...]:
-        return tuple(self._targets)
-
     def send(self, job: int, shift_us: float, plan: int) -> dict[str, str]:
         """Send the shift to every process of `job`; per host: "sent", "refused" (nothing listens there)
         or the error. Blocks about REFUSAL_WAIT_S (run it off the controller's loop)."""

@@ -91,7 +91,7 @@ MIN_GAIN = 0.05  # a plan moves jobs only when it cuts their overlap shares (sum
 class _Track:
     starts: deque
     comms: deque
-    split: bool = False        # its segmenter tells iteration starts from flights
+    split: bool = False        # its segmenter tells iteration starts from flights (until then: no starts kept)
 
     def period_us(self) -> tuple[float, float] | None:
         """(median start to start, its median absolute deviation)."""
@@ -141,8 +141,7 @@ class Turns:
         if state.plan is None:
             return self._plan(key, state, t_us, "first plan") if self._ready(state) else None
         if job not in state.plan.jobs and job not in state.left_out:
-            came = (track.split and len(track.starts) >= self.config.after and track.comms
-                    and state.plans < self.config.max_plans)
+            came = len(track.starts) >= self.config.after and track.comms and state.plans < self.config.max_plans
             return self._plan(key, state, t_us, f"job {job} came") if came else None
         if job != state.plan.jobs[0]:
             return None
@@ -162,7 +161,7 @@ class Turns:
         if job in self._fixed:
             return
         self._fixed.add(job)
-        for key, state in self._ports.items():
+        for state in self._ports.values():
             if state.plan is not None and job in state.plan.jobs:
                 state.plan = None
         self._owner = {j: k for j, k in self._owner.items() if j != job}
@@ -175,12 +174,12 @@ class Turns:
         return state.tracks[job]
 
     def _ready(self, state: _Port) -> bool:
-        ready = [j for j, t in state.tracks.items() if t.split and len(t.starts) >= self.config.after and t.comms]
+        ready = [j for j, t in state.tracks.items() if len(t.starts) >= self.config.after and t.comms]
         return len(ready) >= 2 and state.plans < self.config.max_plans
 
     def _phase(self, state: _Port, job: int) -> _Phase | None:
         track = state.tracks.get(job)
-        period = track.period_us() if track is not None and track.split else None
+        period = track.period_us() if track is not None else None
         if not period or not track.comms:
             return None
         comm = float(statistics.quantiles(track.comms, n=4)[0]) if len(track.comms) > 1 else float(track.comms[0])

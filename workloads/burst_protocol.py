@@ -74,13 +74,12 @@ class Pacer:
 
     def next_start(self, it: int, answered_ns: int) -> int:
         cfg = self.cfg
-        planned = max(answered_ns + int(cfg.compute_ms * 1e6),
-                      self.t0 + int(it * cfg.period_ms * 1e6) if cfg.period_ms > 0 else 0)
+        planned = answered_ns + int(cfg.compute_ms * 1e6)
+        if cfg.period_ms > 0:
+            planned = max(planned, self.t0 + int(it * cfg.period_ms * 1e6))
         shift_ns = int(self.shifts.take(self.log, it, planned) * 1e3) if self.shifts is not None else 0
         self.t0 += shift_ns    # the period's clock: this start and every later one
-        target = answered_ns + int(cfg.compute_ms * 1e6) + shift_ns
-        if cfg.period_ms > 0:
-            target = max(target, self.t0 + int(it * cfg.period_ms * 1e6))
+        target = planned + shift_ns
         if cfg.jitter_ms > 0:
             target += int(self.rng.uniform(-cfg.jitter_ms, cfg.jitter_ms) * 1e6)
         return max(target, answered_ns)
