@@ -303,7 +303,12 @@ def run_report(path: Path, baseline: str | None = None, include_untrusted: bool 
 
 
 def summarise_sweep(sweep_dir: Path, say=print, baseline: str | None = None, plots: bool = True) -> Report:
-    """After `pcnlab run`: the report of the sweep just run, and where everything is."""
+    """After `pcnlab run`: the report of the sweep just run, and where everything is. The experiment's
+    baseline where it has a trusted run; where it has none (the sweep stopped before it, or the machine
+    starved it), each point on its own, said in one line."""
+    if baseline is not None and baseline not in {p.name for p in collect_points(run_folders(Path(sweep_dir)))}:
+        say(f"report: the baseline {baseline} has no trusted run in this sweep: each point stands on its own")
+        baseline = None
     report = run_report(Path(sweep_dir), baseline, plots=plots, say=say)
     if plots:
         say(f"results: {sweep_dir} (report.md, summary.json, plots; each run's folder has metrics.json and its "

@@ -248,9 +248,14 @@ class ExperimentRunner:
                 if run is first:
                     pilot.judge(run, outcome, self.calibration, lambda slower: self._pilots().run_one(slower, images),
                                 self.say)
-        finally:
-            if outcomes:
-                summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
+        except BaseException:
+            if outcomes:       # what ran is reported; the sweep's own error (the pilot's refusal, Ctrl-C) is what ends it
+                try:
+                    summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
+                except Exception as exc:  # noqa: BLE001
+                    self.say(f"report: not written ({type(exc).__name__}: {exc})")
+            raise
+        summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
         return outcomes
 
     def _pilots(self) -> "ExperimentRunner":

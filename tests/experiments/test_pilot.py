@@ -89,8 +89,10 @@ def _pcnlab(*args: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.bmv2
 @pytest.mark.slow
 def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried(machine_calibration, tmp_path):
-    # min_idle_pct 100: a verdict no machine passes (never idle at its busiest), measured for real
-    calibration, env, spec = _setup(machine_calibration, tmp_path, "piloted", "sweep:\n  mode: [ecn, pcn]\n")
+    # min_idle_pct 100: a verdict no machine passes (never idle at its busiest), measured for real. The
+    # baseline is a point the stopped sweep never ran: its report goes without it, and the refusal is the error.
+    calibration, env, spec = _setup(machine_calibration, tmp_path, "piloted",
+                                    "baseline: mode=pcn\nsweep:\n  mode: [ecn, pcn]\n")
     results = tmp_path / "results"
     args = ["run", str(spec), "--results", str(results), "--pilot", "--no-plots", "--set", "fidelity.min_idle_pct=100"]
     proc = _pcnlab(*args, env=env)
@@ -103,6 +105,7 @@ def test_an_untrusted_first_run_stops_the_sweep_in_one_line_naming_what_it_tried
     sweep = (results / "piloted" / "latest").resolve()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["mode=ecn"]    # stopped after its pilot
     assert (sweep / "report.md").is_file()                                          # what ran is reported
+    assert "report: the baseline mode=pcn has no trusted run in this sweep" in proc.stdout
     judged = [sweep / "mode=ecn", *(results / "piloted-pilot").glob("2*/mode=ecn")]
     assert len(judged) == 2
     for run in judged:
