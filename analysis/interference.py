@@ -44,14 +44,15 @@ def covered_by(a: float, b: float, union: list[tuple[float, float]]) -> float:
     return float(sum(max(0.0, min(b, y) - max(a, x)) for x, y in union if x < b and y > a))
 
 
-def overlap_us(table: pd.DataFrame) -> pd.Series:
+def overlap_us(table: pd.DataFrame, context: pd.DataFrame | None = None) -> pd.Series:
     """Per iteration row at one port: the µs of its communication ([first_in_us, last_out_us]) during which
-    another job's was under way there too."""
+    another job's was under way there too: another job's rows in `context` (default: the table itself)."""
     out = pd.Series(0.0, index=table.index)
     if table.empty:
         return out
+    context = table if context is None else context
     for job in table["job"].unique():
-        others = table[table["job"] != job]
+        others = context[context["job"] != job]
         union = merged(list(zip(others["first_in_us"].astype(float), others["last_out_us"].astype(float))))
         mine = table[table["job"] == job]
         out[mine.index] = [covered_by(float(a), float(b), union)
@@ -130,12 +131,14 @@ def interference_metrics(table: pd.DataFrame, jobs: dict[int, dict], workers: pd
                          port: tuple[str, int] | None) -> dict:
     """metrics.json `interference`: per job (by name) its figures at the shared port (`job_figures`, over the
     iterations its workers' logs close: `closed_by_logs`; `left_out`: the others), and the share of all
-    the jobs' communication time there that overlapped another job's."""
+    the jobs' communication time there that overlapped another job's. A job that logs nothing (an
+    unmodified script) has no iteration of its own closed there, but what the others overlapped includes
+    its communication as the network found it (`found_in_network`)."""
     out: dict = {"port": {"switch": port[0], "port": port[1]} if port else None, "jobs": {}, "overlap_fraction": None}
     gaps, comm = start_gaps_ms(workers), comm_times_ms(workers)
     closed = closed_by_logs(table, workers, jobs)
     kept = table[closed]
-    kept = kept.assign(overlap_us=overlap_us(kept))
+    kept = kept.assign(overlap_us=overlap_us(kept, pd.concat([kept, found_in_network(table, workers, jobs)])))
     for job_id, job in sorted(jobs.items()):
         name = job["name"]
         rows = kept[kept["job"] == int(job_id)]
@@ -146,6 +149,21 @@ def interference_metrics(table: pd.DataFrame, jobs: dict[int, dict], workers: pd
         bct = (kept["last_out_us"] - kept["first_in_us"]).astype(float).clip(lower=1.0)
         out["overlap_fraction"] = float(kept["overlap_us"].sum() / bct.sum())
     return out
+
+
+def found_in_network(table: pd.DataFrame, workers: pd.DataFrame, jobs: dict[int, dict]) -> pd.DataFrame:
+    """The communication of the jobs whose iterations were found in the network (`source` network: no log of
+    their own) as rows like the table's, in the switch's clock: its rows there run from an iteration's first
+    packet to the next one's first small messages, its compute silence inside them (a DDP script's gloo
+    sends 48-byte messages 660 ms after its gradients: docs/results.md), where the finder's ends do not."""
+    if table.empty or workers.empty or "source" not in workers:
+        return table.iloc[0:0]
+    ids = {j["name"]: int(jid) for jid, j in jobs.items()}
+    found = workers[(workers["source"] == "network") & workers["job"].isin(ids)].dropna(subset=["comm_end_ns"])
+    offset_us = float(np.median(table["first_in_ns"].astype(float) / 1000 - table["first_in_us"].astype(float)))
+    return pd.DataFrame({"job": found["job"].map(ids).to_numpy(),
+                         "first_in_us": found["comm_start_ns"].to_numpy(dtype=float) / 1000 - offset_us,
+                         "last_out_us": found["comm_end_ns"].to_numpy(dtype=float) / 1000 - offset_us})
 
 
 def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:

@@ -64,6 +64,19 @@ def test_stretch_is_what_overlap_added_over_the_clean_iterations_and_never_more_
     assert out["overlap_fraction"] == pytest.approx(100 / 540) and out["port"] == {"switch": "s1", "port": 1}
 
 
+def test_a_job_that_logs_nothing_is_what_the_others_overlapped_as_the_network_found_it():
+    # ddp is an unmodified script: its rows at the port hold its compute silence (up to its next iteration's
+    # first small messages), none closed by a log; the network's finder gives its communication, 500-560 ms
+    # and 1060-1160 ms: a's second iteration (1000-1100 ms) met it for 40 ms. Before, a's overlap was 0.
+    t = table([(1, 0, 0, 100 * MS), (1, 1, 1000 * MS, 1100 * MS), (2, 0, 500 * MS, 1050 * MS),
+               (2, 1, 1060 * MS, 1900 * MS)])
+    logs = pd.concat([workers([("a", "h2", k, 1000 * k, 1000 * k + 110) for k in range(2)]).assign(source="log"),
+                      workers([("ddp", "h1", 0, 500, 560), ("ddp", "h1", 1, 1060, 1160)]).assign(source="network")])
+    out = interference_metrics(t, {1: JOBS[1], 2: {"name": "ddp", "kind": "torchrun"}}, logs, ("s1", 1))
+    assert out["jobs"]["a"]["overlap_fraction"] == pytest.approx(40 / 200)
+    assert out["jobs"]["a"]["overlapped_iterations"] == 1 and out["jobs"]["ddp"]["left_out"] == 2
+
+
 def test_iteration_times_count_from_communication_starts():
     # a generator logs as compute start the previous answer's arrival: its first gap would be short
     logs = workers([("b", "h7", 0, 0, 300), ("b", "h7", 1, 2000, 2300), ("b", "h7", 2, 4000, 4300)])
