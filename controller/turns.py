@@ -24,8 +24,11 @@ and is left out of the plan (named in its record).
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance or a period
 that changed makes a new plan, as does a job that came (`after` starts at the port). A plan moves jobs
-only when it cuts their overlap by MIN_GAIN; otherwise it records them where they are (a job paced by
-its compute speeds up once its communication no longer overlaps: a new period, and nothing to move).
+only when it cuts their overlap by MIN_GAIN, and when the overlap it removes over `horizon` periods is
+more than the delays it costs (a shift only delays: moving a job a little earlier than a fixed anchor
+costs it nearly a whole period; measured: 935 ms shifts of a 1,063 ms period for 9 % of overlap);
+otherwise it records them where they are (a job paced by its compute speeds up once its communication
+no longer overlaps: a new period, and nothing to move).
 At most `max_plans` plans that move jobs per port: a job that ignores its shifts is not shifted for ever.
 """
 
@@ -44,6 +47,7 @@ class TurnConfig:
     check_every: int = 3    # the anchor's starts between two checks of a plan
     max_plans: int = 4      # plans that move jobs, per port
     samples: int = 8        # recent iterations behind a job's period and communication time
+    horizon: int = 10       # periods over which the overlap a plan removes must repay its delays
 
 
 @dataclass(frozen=True)
@@ -193,8 +197,9 @@ class Turns:
             return None
         ordered = fixed[:1] + free
         made = plan(ordered)
-        if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN:
-            made = unmoved(made)     # already as apart as a shift would make them: nothing to send
+        if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
+                or not repays(made, self.config.horizon):
+            made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever
         state.plan, state.anchor_starts = made, 0
@@ -234,6 +239,14 @@ def same_periods(phases, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
             groups.append([p])
     one = {p.job: float(statistics.median(q.period_us for q in g)) for g in groups for p in g}
     return [replace(p, period_us=one[p.job]) for p in out]
+
+
+def repays(made: Plan, horizon: int) -> bool:
+    """The overlap the plan removes over `horizon` of its longest period (communication time no longer
+    shared, summed over the jobs) is more than the delays it orders (each moved job loses its shift once)."""
+    before = replace(made, overlap_fraction=made.before_fraction).overlap_us
+    removed = (before - made.overlap_us) / made.circle.length_us * horizon * max(made.circle.periods_us)
+    return removed > sum(made.shifts_us.values())
 
 
 def unmoved(made: Plan) -> Plan:

@@ -122,3 +122,18 @@ def test_jobs_already_apart_are_recorded_where_they_are_and_sent_nothing():
     plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 500)}, 12)
     assert plans[0].orders == () and plans[0].plan.shifts_us == {1: 0.0, 2: 0.0}
     assert plans[0].plan.overlap_fraction == {1: 0.0, 2: 0.0} and plans[0].fields()["clearance_us"] == 100 * MS
+
+
+def test_a_small_overlap_that_only_nearly_a_period_of_delay_would_remove_is_left():
+    # Job 1 is fixed (no channel); job 2 starts 300 ms before it and its last 50 ms meet job 1's first: the
+    # only delay that clears them is most of a period (it cannot start earlier). 2 x 50 ms of overlap a
+    # period do not repay 750 ms over 5 periods, and do over 10.
+    for horizon, sent in ((5, False), (10, True)):
+        turns = Turns(TurnConfig(after=4, check_every=3, horizon=horizon))
+        turns.fix(1)
+        plans = feed(turns, {1: (1000, 250, 300), 2: (1000, 350, 0)}, 8)
+        assert plans, horizon
+        first = plans[0]
+        assert first.plan.before_fraction[1] == pytest.approx(0.2) and bool(first.orders) is sent, horizon
+        if sent:
+            assert first.orders[0].shift_us > 500 * MS
