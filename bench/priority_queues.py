@@ -15,6 +15,8 @@ P4Runtime switch, so that the program under test is only the three lines that pi
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +26,7 @@ from pathlib import Path
 from mininet.net import Mininet
 from mininet.node import Switch
 
-from pcnlab.cmdline import OneLineParser, natural
+from pcnlab.cmdline import OneLineParser, natural, positive
 
 HERE = Path(__file__).resolve().parent
 SWITCH = Path("/usr/local/opt/bmv2-nolog/bin/simple_switch")
@@ -116,9 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="priority_queues.py", description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=natural, default=1000, help="port 1's queue rate, packets/s")
     p.add_argument("--send", type=natural, default=1500, help="each sender's rate, packets/s")
-    p.add_argument("--seconds", type=float, default=6.0)
-    p.add_argument("--repeat", type=natural, default=2)
+    p.add_argument("--seconds", type=positive, default=6.0, help="each measurement's length")
+    p.add_argument("--repeat", type=natural, default=2, help="measurements of each queue count, interleaved")
     args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        p.error("needs root (Mininet hosts and a switch): run it with sudo")
+    if not SWITCH.exists() or shutil.which("p4c") is None:
+        p.error(f"needs p4c and the no-logging BMv2 at {SWITCH}: ../shared/p4tools/install")
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(["p4c", "--target", "bmv2", "--arch", "v1model", "-o", out, str(HERE / "prio.p4")], check=True)
         json_path = Path(out) / "prio.json"
