@@ -10,8 +10,11 @@ switch reports a burst's end only when other traffic comes to the port, so it is
 the starts the job's segmenter takes for iterations once it has split its silences count: before, its
 flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
 Periods are measured, not declared: a job paced by its compute and its communication has no clock
-and its period wanders with the queue, so periods that agree within their measured spread (`SAME`)
-are taken as one, their median, before the plan and the checks.
+and its period wanders with the queue, so periods that agree within their measured spread (`SAME`),
+or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two regular jobs whose
+periods differ by a few ms: on their exact common circle no shift moves any overlap away, while one
+shift keeps them apart for tens of iterations, and the checks shift again), are taken as one, their
+median, before the plan and the checks.
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
 median period, its latest start and, as its communication time, the lower quartile of its recent ones
@@ -88,6 +91,7 @@ class PlanRecord:
 
 
 SAME = 2.0       # periods within this many times the larger one's spread (median absolute deviation) are one
+SLIP = 0.1       # periods that slip apart by less than this share of a period over the horizon are one
 MIN_GAIN = 0.05  # a plan moves jobs only when it cuts their overlap shares (summed) by this much
 
 
@@ -156,7 +160,7 @@ class Turns:
         observed = [self._phase(state, j) for j in state.plan.jobs]
         if any(o is None for o in observed):
             return None
-        checked = drift(state.plan, same_periods(observed, state.plan.phases))
+        checked = drift(state.plan, same_periods(observed, state.plan.phases, self.config.horizon))
         return self._plan(key, state, t_us, checked.reason) if checked.replan else None
 
     def fix(self, job: int) -> None:
@@ -190,7 +194,8 @@ class Turns:
         return _Phase(JobPhase(job, period[0], comm, float(track.starts[-1])), period[1])
 
     def _plan(self, key: tuple[str, int], state: _Port, at_us: int, reason: str) -> PlanRecord | None:
-        phases = same_periods([p for p in (self._phase(state, j) for j in state.tracks) if p is not None])
+        phases = same_periods([p for p in (self._phase(state, j) for j in state.tracks) if p is not None],
+                              horizon=self.config.horizon)
         fixed = [p for p in phases if p.job in self._fixed or self._owner.get(p.job, key) != key]
         free = [p for p in phases if p not in fixed]
         if not free or len(phases) < 2:
@@ -219,14 +224,15 @@ class _Phase:
     spread_us: float              # the period's median absolute deviation
 
 
-def same_periods(phases, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
-    """The phases with periods that agree within SAME times their spread taken as one (their median),
-    and, given the phases a plan was made from, a period within that of its planned one taken as that."""
+def same_periods(phases, planned: tuple[JobPhase, ...] = (), horizon: int = TurnConfig.horizon) -> list[JobPhase]:
+    """The phases with periods that agree within SAME times their spread, or slip apart by less than SLIP
+    of a period over `horizon` periods, taken as one (their median), and, given the phases a plan was
+    made from, a period as close to its planned one taken as that."""
     out = [p.phase for p in phases]
     spread = {p.phase.job: p.spread_us for p in phases}
 
     def close(a: float, b: float, *jobs) -> bool:
-        return abs(a - b) <= SAME * max(spread.get(j, 0.0) for j in jobs)
+        return abs(a - b) <= max(SAME * max(spread.get(j, 0.0) for j in jobs), SLIP * min(a, b) / horizon)
     if planned:
         was = {p.job: p.period_us for p in planned}
         return [replace(p, period_us=was[p.job]) if p.job in was and close(p.period_us, was[p.job], p.job) else p

@@ -137,3 +137,15 @@ def test_a_small_overlap_that_only_nearly_a_period_of_delay_would_remove_is_left
         assert first.plan.before_fraction[1] == pytest.approx(0.2) and bool(first.orders) is sent, horizon
         if sent:
             assert first.orders[0].shift_us > 500 * MS
+
+
+def test_regular_jobs_whose_periods_differ_by_a_few_ms_are_planned_as_one_period():
+    # Two regular jobs (no spread) of 940 and 946 ms, colliding: on their exact common circle no shift
+    # removes any overlap; taken as one period (they slip 60 ms in 10 periods, under a tenth of one), one
+    # shift puts them apart. 940 and 1,240 ms stay two periods.
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    first = feed(turns, {1: (940, 400, 0), 2: (946, 400, 10)}, 6)[0]
+    assert set(first.fields()["period_us"].values()) == {943 * MS}
+    assert first.orders and first.plan.overlap_fraction == {1: 0.0, 2: 0.0}
+    apart = feed(Turns(TurnConfig(after=4, check_every=3)), {1: (940, 300, 0), 2: (1240, 300, 10)}, 6)[0]
+    assert apart.fields()["period_us"] == {"1": 940 * MS, "2": 1240 * MS}
