@@ -159,7 +159,7 @@ def found_in_network(table: pd.DataFrame, workers: pd.DataFrame, jobs: dict[int,
     if table.empty or workers.empty or "source" not in workers:
         return table.iloc[0:0]
     ids = {j["name"]: int(jid) for jid, j in jobs.items()}
-    found = workers[(workers["source"] == "network") & workers["job"].isin(ids)].dropna(subset=["comm_end_ns"])
+    found = workers[(workers["source"] == "network") & workers["job"].isin(ids)].dropna(subset=["comm_start_ns", "comm_end_ns"])
     offset_us = float(np.median(table["first_in_ns"].astype(float) / 1000 - table["first_in_us"].astype(float)))
     return pd.DataFrame({"job": found["job"].map(ids).to_numpy(),
                          "first_in_us": found["comm_start_ns"].to_numpy(dtype=float) / 1000 - offset_us,

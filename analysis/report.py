@@ -306,7 +306,7 @@ def summarise_sweep(sweep_dir: Path, say=print, baseline: str | None = None, plo
     """After `pcnlab run`: the report of the sweep just run, and where everything is. The experiment's
     baseline where it has a trusted run; where it has none (the sweep stopped before it, or the machine
     starved it), each point on its own, said in one line."""
-    if baseline is not None and baseline not in {p.name for p in collect_points(run_folders(Path(sweep_dir)))}:
+    if baseline is not None and not any(p.runs for p in collect_points(run_folders(Path(sweep_dir))) if p.name == baseline):
         say(f"report: the baseline {baseline} has no trusted run in this sweep: each point stands on its own")
         baseline = None
     report = run_report(Path(sweep_dir), baseline, plots=plots, say=say)

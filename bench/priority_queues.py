@@ -26,10 +26,11 @@ from pathlib import Path
 from mininet.net import Mininet
 from mininet.node import Switch
 
-from pcnlab.cmdline import OneLineParser, natural, positive
+from pcnlab.cmdline import OneLineParser, count, positive
 
 HERE = Path(__file__).resolve().parent
 SWITCH = Path("/usr/local/opt/bmv2-nolog/bin/simple_switch")
+SKIP_S = 1.0        # the receiver leaves out each measurement's first and last second
 SEND = """
 import socket, sys, time
 dst, pps, secs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
@@ -74,7 +75,11 @@ class PlainBmv2(Switch):
     def stop(self, deleteIntfs=True):
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         super().stop(deleteIntfs)
 
 
@@ -90,6 +95,7 @@ def cli(thrift_port: int, line: str) -> None:
 
 def measure(json_path: Path, queues: int, rate: int, send: int, seconds: float) -> dict:
     net = Mininet(topo=None, controller=None, build=False, autoSetMacs=True)
+    started: list[subprocess.Popen] = []
     s1 = net.addSwitch("s1", cls=PlainBmv2, json_path=str(json_path), queues=queues)
     hosts = [net.addHost(f"h{i}", ip=f"10.0.0.{i}/24") for i in (1, 2, 3)]
     for h in hosts:                                  # h1 on port 1, h2 on 2, h3 on 3
@@ -103,24 +109,40 @@ def measure(json_path: Path, queues: int, rate: int, send: int, seconds: float) 
         cli(s1.thrift_port, f"set_queue_rate {rate} 1")
         if queues > 1:
             cli(s1.thrift_port, "table_add queue_of queue 10.0.0.3 => 1")
-        rx = hosts[0].popen([sys.executable, "-c", RECEIVE, str(seconds), "1.0"], stdout=subprocess.PIPE, text=True)
+        rx = hosts[0].popen([sys.executable, "-c", RECEIVE, str(seconds), str(SKIP_S)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+        started.append(rx)
         rx.stdout.readline()
-        tx = [h.popen([sys.executable, "-c", SEND, "10.0.0.1", str(send), str(seconds)]) for h in hosts[1:]]
-        for p in tx:
-            p.wait(timeout=seconds + 30)
-        got = json.loads(rx.communicate(timeout=30)[0].strip().splitlines()[-1])
+        tx = [h.popen([sys.executable, "-c", SEND, "10.0.0.1", str(send), str(seconds)], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.PIPE, text=True) for h in hosts[1:]]
+        started.extend(tx)
+        for h, p in zip(hosts[1:], tx):
+            _, err = p.communicate(timeout=seconds + 30)
+            if p.returncode != 0:
+                raise SystemExit(f"priority_queues: the sender on {h.name} failed: {err.strip().splitlines()[-1:]}")
+        out, err = rx.communicate(timeout=30)
+        if rx.returncode != 0 or not out.strip():
+            raise SystemExit(f"priority_queues: the receiver on h1 failed: {err.strip().splitlines()[-1:]}")
+        got = json.loads(out.strip().splitlines()[-1])
         return {"h2 (queue 0)": round(got.get("10.0.0.2", 0)), "h3 (queue 1)": round(got.get("10.0.0.3", 0))}
     finally:
+        for proc in started:         # Mininet's popen detaches them (mnexec -d): net.stop would not end them
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         net.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="priority_queues.py", description=__doc__.splitlines()[0])
-    p.add_argument("--rate", type=natural, default=1000, help="port 1's queue rate, packets/s")
-    p.add_argument("--send", type=natural, default=1500, help="each sender's rate, packets/s")
-    p.add_argument("--seconds", type=positive, default=6.0, help="each measurement's length")
-    p.add_argument("--repeat", type=natural, default=2, help="measurements of each queue count, interleaved")
+    p.add_argument("--rate", type=count, default=1000, help="port 1's queue rate, packets/s")
+    p.add_argument("--send", type=count, default=1500, help="each sender's rate, packets/s")
+    p.add_argument("--seconds", type=positive, default=6.0, help="each measurement's length (over 2: its first and "
+                   "last second are not counted)")
+    p.add_argument("--repeat", type=count, default=2, help="measurements of each queue count, interleaved")
     args = p.parse_args(argv)
+    if args.seconds <= 2 * SKIP_S:
+        p.error(f"--seconds {args.seconds:g} leaves nothing to count: give more than {2 * SKIP_S:g}")
     if os.geteuid() != 0:
         p.error("needs root (Mininet hosts and a switch): run it with sudo")
     if not SWITCH.exists() or shutil.which("p4c") is None:

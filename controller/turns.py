@@ -22,7 +22,8 @@ median period, its latest start and, as its communication time, the lower quarti
 it). A job belongs to the first port that plans it; at another port it is fixed (shift 0), as is a
 job found without the channel (`fix`: the host refused the datagram; an unmodified script). Fixed jobs
 come first, so the first is the plan's anchor; a second fixed job at the port cannot be planned around
-and is left out of the plan (named in its record).
+and is left out of the plan (named in its record). Where no job is fixed, every job is moved by a common
+delay too where that makes the delays least (`cheapest`): the anchor is only the job seen first.
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance or a period
@@ -201,7 +202,7 @@ class Turns:
         if not free or len(phases) < 2:
             return None
         ordered = fixed[:1] + free
-        made = plan(ordered)
+        made = plan(ordered) if fixed else cheapest(plan(ordered))
         if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
                 or not repays(made, self.config.horizon):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
@@ -247,12 +248,26 @@ def same_periods(phases, planned: tuple[JobPhase, ...] = (), horizon: int = Turn
     return [replace(p, period_us=one[p.job]) for p in out]
 
 
+def cheapest(made: Plan) -> Plan:
+    """The same arrangement with every job delayed by a common r (mod its own period) so that the delays
+    sum least: where no job is fixed, the anchor (the job seen first) may move too, and moving it a little
+    can stand for moving another nearly a period (reviewed: 770 ms for one order of two jobs, 230 for the
+    other, the same plan). r is 0 or brings one job to 0."""
+    periods = dict(zip(made.jobs, made.circle.periods_us))
+
+    def moved(r: float) -> dict:
+        return {j: (s + r) % periods[j] for j, s in made.shifts_us.items()}
+    best = min((moved(r) for r in [0.0, *((periods[j] - s) % periods[j] for j, s in made.shifts_us.items())]),
+               key=lambda shifts: sum(shifts.values()))
+    return replace(made, shifts_us=best)
+
+
 def repays(made: Plan, horizon: int) -> bool:
     """The overlap the plan removes over `horizon` of its longest period (communication time no longer
     shared, summed over the jobs) is more than the delays it orders (each moved job loses its shift once)."""
     before = replace(made, overlap_fraction=made.before_fraction).overlap_us
     removed = (before - made.overlap_us) / made.circle.length_us * horizon * max(made.circle.periods_us)
-    return removed > sum(made.shifts_us.values())
+    return removed > sum(made.shifts_us.values())      # both jobs' shared time against one job's delay
 
 
 def unmoved(made: Plan) -> Plan:

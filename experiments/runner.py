@@ -255,7 +255,8 @@ class ExperimentRunner:
                 except Exception as exc:  # noqa: BLE001
                     self.say(f"report: not written ({type(exc).__name__}: {exc})")
             raise
-        summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
+        if outcomes:
+            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
         return outcomes
 
     def _pilots(self) -> "ExperimentRunner":

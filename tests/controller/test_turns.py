@@ -149,3 +149,13 @@ def test_regular_jobs_whose_periods_differ_by_a_few_ms_are_planned_as_one_period
     assert first.orders and first.plan.overlap_fraction == {1: 0.0, 2: 0.0}
     apart = feed(Turns(TurnConfig(after=4, check_every=3)), {1: (940, 300, 0), 2: (1240, 300, 10)}, 6)[0]
     assert apart.fields()["period_us"] == {"1": 940 * MS, "2": 1240 * MS}
+
+
+def test_where_no_job_is_fixed_the_anchor_moves_when_that_is_the_cheaper_delay():
+    # Job 1 (seen first, the anchor) sends over 0-350 ms, job 2 over 700-1050: into job 1's next start.
+    # Moving job 2 clear of it takes a delay of about 800 ms; moving job 1 about 200 ms does the same.
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    first = feed(turns, {1: (1000, 350, 0), 2: (1000, 350, 700)}, 6)[0]
+    (order,) = first.orders
+    assert order.job == 1 and order.shift_us == pytest.approx(200 * MS, abs=5 * MS)
+    assert first.plan.overlap_fraction == {1: 0.0, 2: 0.0} and first.plan.shifts_us[2] == 0.0
