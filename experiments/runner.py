@@ -223,7 +223,6 @@ class ExperimentRunner:
         return (self.results_root / self.experiment.name / self.stamp).resolve()
 
     def run_all(self) -> list[RunOutcome]:
-        from pcnlab.analysis.report import summarise_sweep
         from pcnlab.experiments import pilot
 
         runs = self.experiment.runs()
@@ -249,15 +248,24 @@ class ExperimentRunner:
                     pilot.judge(run, outcome, self.calibration, lambda slower: self._pilots().run_one(slower, images),
                                 self.say)
         except BaseException:
-            if outcomes:       # what ran is reported; the sweep's own error (the pilot's refusal, Ctrl-C) is what ends it
-                try:
-                    summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
-                except Exception as exc:  # noqa: BLE001
-                    self.say(f"report: not written ({type(exc).__name__}: {exc})")
+            self._summarise(outcomes, ending=True)
             raise
-        if outcomes:
-            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
+        self._summarise(outcomes)
         return outcomes
+
+    def _summarise(self, outcomes: list[RunOutcome], ending: bool = False) -> None:
+        """The report of what ran (nothing ran: none). `ending`: the sweep's own error (the pilot's refusal,
+        Ctrl-C) is what ends it, so a report that fails is said in one line, not raised over it."""
+        from pcnlab.analysis.report import summarise_sweep
+
+        if not outcomes:
+            return
+        try:
+            summarise_sweep(self.sweep_dir, self.say, baseline=self.experiment.baseline, plots=self.plots)
+        except Exception as exc:  # noqa: BLE001
+            if not ending:
+                raise
+            self.say(f"report: not written ({type(exc).__name__}: {exc})")
 
     def _pilots(self) -> "ExperimentRunner":
         """Where a pilot's rehearsal (experiments/pilot.py) runs: results/<experiment>-pilot/, quiet, no plots."""
