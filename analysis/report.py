@@ -69,9 +69,15 @@ def _add_scaling(points: list[Point]) -> None:
         point.scaling = [t1 / tn if tn else None for tn in point.values(ITERATION_KEY)]
 
 
-def build_report(paths: list[Path], baseline: str | None = None, include_untrusted: bool = False) -> Report:
+def build_report(paths: list[Path], baseline: str | None = None, include_untrusted: bool = False,
+                 required: bool = True) -> Report:
+    """The report of these runs, against `baseline` (a point's name). Not `required` (the experiment's own,
+    after its sweep): a baseline without a run counted (the sweep stopped before it, the machine starved
+    it) leaves the report without one (its `baseline` None), each point on its own."""
     points = collect_points(paths, include_untrusted)
     names = [p.name for p in points]
+    if baseline is not None and not required and not any(p.runs for p in points if p.name == baseline):
+        baseline = None
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline} names no sweep point; the points are: {', '.join(names)} "
                          f"(e.g. --baseline {names[0]})")
@@ -268,7 +274,7 @@ def sweep_folder(path: Path, paths: list[Path]) -> Path | None:
 
 
 def run_report(path: Path, baseline: str | None = None, include_untrusted: bool = False, markdown: bool = False,
-               plots: bool = True, say=print) -> Report:
+               plots: bool = True, say=print, required: bool = True) -> Report:
     """`pcnlab report`: print the table; for a sweep, write report.md, summary.json and the sweep plots.
     Without a baseline, the one the sweep's summary.json names (the experiment file's `baseline:`)."""
     paths = run_folders(path)
@@ -278,7 +284,9 @@ def run_report(path: Path, baseline: str | None = None, include_untrusted: bool 
             baseline = json.loads((folder / "summary.json").read_text()).get("baseline")
         except ValueError:
             baseline = None
-    report = build_report(paths, baseline, include_untrusted)
+    report = build_report(paths, baseline, include_untrusted, required)
+    if baseline is not None and report.baseline is None:
+        say(f"report: the baseline {baseline} has no trusted run in this sweep: each point stands on its own")
     say(format_report(report, markdown=markdown))
     if folder is None:
         return report
@@ -306,10 +314,7 @@ def summarise_sweep(sweep_dir: Path, say=print, baseline: str | None = None, plo
     """After `pcnlab run`: the report of the sweep just run, and where everything is. The experiment's
     baseline where it has a trusted run; where it has none (the sweep stopped before it, or the machine
     starved it), each point on its own, said in one line."""
-    if baseline is not None and not any(p.runs for p in collect_points(run_folders(Path(sweep_dir))) if p.name == baseline):
-        say(f"report: the baseline {baseline} has no trusted run in this sweep: each point stands on its own")
-        baseline = None
-    report = run_report(Path(sweep_dir), baseline, plots=plots, say=say)
+    report = run_report(Path(sweep_dir), baseline, plots=plots, say=say, required=False)
     if plots:
         say(f"results: {sweep_dir} (report.md, summary.json, plots; each run's folder has metrics.json and its "
             "queue plot)")
