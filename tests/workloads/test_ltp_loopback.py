@@ -100,8 +100,14 @@ def test_hostile_datagrams_are_counted_and_dropped_and_never_touch_a_tensor():
         assert server.error is None and not server.thread.is_alive()
         assert counters["foreign"] + counters["rcvbuf_drops"] == 3000, counters
         expected = {"truncated": 2, "bad_magic": 1, "wrong_job": 1, "bad_rank": 1, "bad_iteration": 1,
-                    "bad_offset": 2, "non_finite": 1, "oversized": 1, "late": 1, "duplicate": 1}
+                    "bad_offset": 2, "non_finite": 1, "oversized": 1}
         assert {k: counters.get(k, 0) for k in expected} == expected, counters
+        # The test's own late copy and duplicate, and any copy a sender resent on its timer (a busy machine
+        # can delay an acknowledgement past it): read after its original, each is one more of either.
+        resent = sum(r.retransmissions for r in results.values())
+        extra = counters.get("late", 0) + counters.get("duplicate", 0) - 2
+        assert counters.get("late", 0) >= 1 and counters.get("duplicate", 0) >= 1 and 0 <= extra <= resent, counters
+        expected |= {"late": counters["late"], "duplicate": counters["duplicate"]}
         # Every datagram read is accounted for: accepted chunks, or one of the reasons.
         accepted = 2 * lay.chunks + 1
         assert counters["read"] == accepted + sum(expected.values()) + counters["foreign"]
@@ -197,6 +203,19 @@ def _ack_of(raw: bytes, tag: int, rank: int, lay: Layout):
     return parse_ack(raw, tag, rank, lay)
 
 
+def _answer_to(seq: int, w1, tag: int, lay: Layout):
+    """The PS's acknowledgement echoing `seq`, past the pulls (NO_ECHO) it sent before: a worker silent
+    MIN_PULL_S (5 ms) is pulled, and a busy machine can keep a test that long between two datagrams."""
+    from pcnlab.workloads.ltp.wire import NO_ECHO
+
+    for _ in range(16):
+        ack = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
+        if ack.echo_seq != NO_ECHO:
+            assert ack.echo_seq == seq
+            return ack
+    raise AssertionError(f"no acknowledgement of datagram {seq} among 16 answers")
+
+
 def test_the_ps_pulls_what_a_worker_lacks_once_its_last_datagram_is_in():
     """A worker (raw socket) sends every chunk but one, the last flagged LAST: the PS's answer to it is a
     PULL naming the missing chunk, answers before it are plain; silent afterwards, the worker is pulled
@@ -210,7 +229,7 @@ def test_the_ps_pulls_what_a_worker_lacks_once_its_last_datagram_is_in():
             flags = FLAG_LAST if c == order[-1] else 0
             w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, flags, 0, seq, 0, 360 * c,
                                       np.full(360, c, dtype=np.float32), 1000)), (PS, port))
-            answers.append(_ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay))
+            answers.append(_answer_to(seq, w1, tag, lay))
         assert [a.pull for a in answers] == [False] * 4 + [True]
         pull = answers[-1]
         assert pull.echo_seq == 4 and mask_of(pull.bitmap, lay.chunks).tolist() == [True, True, False, True, True, True]
@@ -340,12 +359,12 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
 
     with _serving(6) as (lay, tag, port, server, w1):   # the PS's side: two chunks, then silence
         for seq in range(2):
+            started = time.monotonic()   # the PS hears the last of them after this
             w1.sendto(bytes(pack_data(bytearray(MAX_DATAGRAM), tag, 1, 0, 0, seq, 0, 360 * seq,
                                       np.zeros(360, dtype=np.float32), 2000)), (PS, port))
-            assert not _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay).pull
-        started = time.monotonic()
+            assert not _answer_to(seq, w1, tag, lay).pull
         pull = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
-        assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 0.1
+        assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 0.5
 
     with _sending(6, 0.5, 4.0) as (ps, tag, lay, sender, thread, out):   # the sender's side
         first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
