@@ -1,5 +1,6 @@
-"""Turns at a shared port (controller/turns.py), fed as the scheduler feeds it: two jobs' starts and the
-silence before each, in a switch's clock. A plan comes once both showed `after` iterations, with the shift
+"""Turns at a shared port (controller/turns.py), fed as the scheduler feeds it: jobs' starts and the
+silence before each, in a switch's clock, from a fluid model of the port (while k jobs send, each gets a
+k-th of it). A plan comes once both showed `after` iterations, with the shift
 that puts them half a period apart; jobs that obey it are not planned again; one that ignores it is
 planned again at most `max_plans` times; a job without the channel is the fixed anchor; a job at a
 second port is fixed there; a third job that comes is planned in."""
@@ -13,29 +14,46 @@ from pcnlab.controller.turns import TurnConfig, Turns
 MS = 1000
 
 
-def feed(turns: Turns, jobs: dict, iterations: int, obey: set = frozenset(), port: int = 1, from_ms: int = 0) -> list:
-    """Jobs {job: (period_ms, comm_ms, first_start_ms)} start at the port (from `from_ms` on), each start with
-    the silence since the job's last packet there (comm_ms after its previous start), in time order; each job
-    in `obey` delays its starts from the next one on by every shift ordered for it. The plans made."""
-    delay = {j: 0 for j in jobs}
-    nxt = {j: (from_ms + first) * MS for j, (_, _, first) in jobs.items()}
+def feed(turns: Turns, jobs: dict, iterations: int, obey: set = frozenset(), port: int = 1, from_ms: int = 0,
+         clocked: set = frozenset()) -> list:
+    """Jobs {job: (period_ms, comm_ms, first_start_ms)} at one port (from `from_ms` on), as a fluid model of
+    it: alone a job sends for comm_ms; while k send at once each gets a k-th of the port, so each one's
+    communication stretches. A job paced by its compute starts again period_ms - comm_ms after its last
+    packet; one in `clocked`, period_ms after its last start. Each start is fed with the silence since the
+    job's last packet; each job in `obey` delays its next start by every shift ordered for it. The plans."""
+    nxt = {j: float((from_ms + first) * MS) for j, (_, _, first) in jobs.items()}   # None while it sends
+    left: dict = {}                      # a sending job's work left (µs of the port alone)
     last = {j: None for j in jobs}       # the job's last packet at the port
+    delay = {j: 0.0 for j in jobs}       # shifts ordered while it sent, for its next start
     count = {j: 0 for j in jobs}
-    plans = []
+    plans, t = [], 0.0
     while min(count.values()) < iterations:
-        job = min(nxt, key=lambda j: (nxt[j], j))
+        events = [(t + w * len(left), 0, j) for j, w in left.items()]
+        events += [(s, 1, j) for j, s in nxt.items() if s is not None]
+        when, starting, job = min(events)
+        for j in left:
+            left[j] -= (when - t) / len(left)
+        t = when
         period, comm, _ = jobs[job]
-        t = nxt[job]
-        record = turns.on_start("s1", port, job, t, None if last[job] is None else t - last[job])
-        last[job] = t + comm * MS
+        if not starting:
+            del left[job]
+            last[job] = t
+            if job not in clocked:
+                nxt[job], delay[job] = t + (period - comm) * MS + delay[job], 0.0
+            continue
+        nxt[job] = t + period * MS + delay[job] if job in clocked else None
+        delay[job] = 0.0
+        left[job] = float(comm * MS)
+        count[job] += 1
+        record = turns.on_start("s1", port, job, round(t), None if last[job] is None else round(t - last[job]))
         if record is not None:
             plans.append(record)
             for order in record.orders:
                 if order.job in obey:
-                    delay[order.job] += order.shift_us
-        count[job] += 1
-        nxt[job] = t + period * MS + delay[job]
-        delay[job] = 0
+                    if nxt[order.job] is not None:
+                        nxt[order.job] += order.shift_us
+                    else:
+                        delay[order.job] += order.shift_us
     return plans
 
 
@@ -102,14 +120,15 @@ def test_flights_before_the_split_are_not_iterations():
 
 
 def test_periods_that_agree_within_their_spread_are_one():
-    # Two identical jobs paced by compute: their measured periods differ by noise (512 and 489 ms medians).
+    # Two identical jobs paced by compute (100 ms of communication, apart): their measured periods differ by
+    # noise (512 and 489 ms medians).
     turns = Turns(TurnConfig(after=6))
-    t = {1: 0, 2: 5 * MS}
+    t = {1: 0, 2: 350 * MS}
     noise = {1: [0, 20, -20, 10, -10, 25, -15, 5], 2: [0, -22, 18, -8, 12, -25, 15, -5]}
     made = None
     for k in range(8):
         for job, base in ((1, 512), (2, 489)):
-            made = made or turns.on_start("s1", 1, job, t[job], None if k == 0 else base * MS - 200 * MS)
+            made = made or turns.on_start("s1", 1, job, t[job], None if k == 0 else base * MS - 100 * MS)
             t[job] += (base + noise[job][k]) * MS
     assert made is not None
     periods = set(made.fields()["period_us"].values())
@@ -152,10 +171,32 @@ def test_regular_jobs_whose_periods_differ_by_a_few_ms_are_planned_as_one_period
 
 
 def test_where_no_job_is_fixed_the_anchor_moves_when_that_is_the_cheaper_delay():
-    # Job 1 (seen first, the anchor) sends over 0-350 ms, job 2 over 700-1050: into job 1's next start.
-    # Moving job 2 clear of it takes a delay of about 800 ms; moving job 1 about 200 ms does the same.
+    # Job 1 (seen first, the anchor) sends over 0-350 ms, job 2 over 700-1050: into job 1's next start,
+    # which stretches both (the fluid port) until job 2 settles 750 ms after job 1. Moving job 2 clear of
+    # it (150 ms either side) takes a delay of 750 ms; moving job 1, 250 ms does the same.
     turns = Turns(TurnConfig(after=4, check_every=3))
     first = feed(turns, {1: (1000, 350, 0), 2: (1000, 350, 700)}, 6)[0]
     (order,) = first.orders
-    assert order.job == 1 and order.shift_us == pytest.approx(200 * MS, abs=5 * MS)
+    assert order.job == 1 and order.shift_us == pytest.approx(250 * MS, abs=5 * MS)
     assert first.plan.overlap_fraction == {1: 0.0, 2: 0.0} and first.plan.shifts_us[2] == 0.0
+
+
+def test_plans_take_each_job_as_it_would_be_alone_paced_by_its_compute_or_by_a_clock():
+    # Job 1 sends 300 ms every 1,000 (a clock); job 2 sends 200 ms and computes 500 (700 ms alone). Job 2
+    # runs through job 1's communication, so both stretch (the fluid port): job 1's silences vary, not its
+    # periods (taken as paced by compute: 900 ms); job 2's periods vary (median 800), not its silences.
+    turns = Turns(TurnConfig(after=6, check_every=3))
+    first = feed(turns, {1: (1000, 300, 0), 2: (700, 200, 50)}, 8, clocked={1})[0]
+    stretched = [e - s for s, e, _ in turns._ports[("s1", 1)].tracks[2].comms]
+    assert max(stretched) >= 350 * MS                      # what the switch saw: up to 400 ms of 200
+    fields = first.fields()
+    assert fields["comm_us"] == {"1": 300 * MS, "2": 200 * MS}
+    assert fields["period_us"] == {"1": 1000 * MS, "2": 700 * MS}
+
+
+def test_the_time_alone_counts_each_stretch_over_the_jobs_sending_then():
+    from pcnlab.controller.turns import alone_us
+
+    assert alone_us((0, 400), []) == 400
+    assert alone_us((0, 400), [(100, 300)]) == 100 + 200 / 2 + 100
+    assert alone_us((0, 400), [(100, 300), (200, 600), (700, 800)]) == 100 + 100 / 2 + 100 / 3 + 100 / 2
