@@ -364,7 +364,7 @@ def test_a_silent_worker_is_pulled_before_its_last_datagram_and_resends_before_i
                                       np.zeros(360, dtype=np.float32), 2000)), (PS, port))
             assert not _answer_to(seq, w1, tag, lay).pull
         pull = _ack_of(w1.recv(MAX_DATAGRAM), tag, 1, lay)
-        assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 0.5
+        assert pull.pull and pull.echo_seq == NO_ECHO and 0.003 < time.monotonic() - started < 5.0   # the deadline
 
     with _sending(6, 0.5, 4.0) as (ps, tag, lay, sender, thread, out):   # the sender's side
         first = [parse_data(ps.recvfrom(MAX_DATAGRAM)[0], tag, lay) for _ in range(4)]
