@@ -172,13 +172,30 @@ def test_regular_jobs_whose_periods_differ_by_a_few_ms_are_planned_as_one_period
 
 def test_where_no_job_is_fixed_the_anchor_moves_when_that_is_the_cheaper_delay():
     # Job 1 (seen first, the anchor) sends over 0-350 ms, job 2 over 700-1050: into job 1's next start,
-    # which stretches both (the fluid port) until job 2 settles 750 ms after job 1. Moving job 2 clear of
-    # it (150 ms either side) takes a delay of 750 ms; moving job 1, 250 ms does the same.
+    # which stretches both (the fluid port) until job 2 settles 750 ms after job 1, job 1's next start
+    # 300 ms after job 2's. Moving job 2 clear of it (150 ms either side) takes a delay of 650 ms; moving
+    # job 1, 200 ms does the same: once, and they stay 500 ms apart.
     turns = Turns(TurnConfig(after=4, check_every=3))
-    first = feed(turns, {1: (1000, 350, 0), 2: (1000, 350, 700)}, 6)[0]
-    (order,) = first.orders
-    assert order.job == 1 and order.shift_us == pytest.approx(250 * MS, abs=5 * MS)
-    assert first.plan.overlap_fraction == {1: 0.0, 2: 0.0} and first.plan.shifts_us[2] == 0.0
+    plans = feed(turns, {1: (1000, 350, 0), 2: (1000, 350, 700)}, 20, obey={1, 2})
+    assert len(plans) == 1, [p.reason for p in plans]
+    (order,) = plans[0].orders
+    assert order.job == 1 and order.shift_us == pytest.approx(200 * MS, abs=5 * MS)
+    assert plans[0].plan.overlap_fraction == {1: 0.0, 2: 0.0} and plans[0].plan.shifts_us[2] == 0.0
+    tracks = turns._ports[("s1", 1)].tracks
+    assert tracks[2].starts[-1] - tracks[1].starts[-1] == 500 * MS
+
+
+def test_an_unmoved_plan_that_left_overlap_is_made_again_as_the_estimates_change():
+    # First 1,000 and 1,300 ms: on their circle no shift removes the overlap, nothing is sent. Then both
+    # 1,000 ms (a job's period as first measured can be off): planned again at a check, and one shift
+    # puts them apart (the next start of each, stretched as they collide, is where the plan starts from).
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    first = feed(turns, {1: (1000, 300, 0), 2: (1300, 300, 10)}, 8, obey={1, 2})
+    assert first and all(not p.orders for p in first)
+    again = feed(turns, {1: (1000, 300, 0), 2: (1000, 300, 10)}, 14, obey={1, 2}, from_ms=20_000)
+    moving = [p for p in again if p.orders]
+    assert len(moving) == 1 and moving[0].reason == "overlap left: planned again", [p.reason for p in again]
+    assert moving[-1] == again[-1] and moving[0].plan.overlap_fraction == {1: 0.0, 2: 0.0}
 
 
 def test_plans_take_each_job_as_it_would_be_alone_paced_by_its_compute_or_by_a_clock():
