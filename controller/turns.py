@@ -17,10 +17,12 @@ shift keeps them apart for tens of iterations, and the checks shift again), are 
 median, before the plan and the checks.
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
-latest start, its communication time and its period as they would be alone. While k jobs send at once
+latest start, its communication time and its period as they would be alone (a job whose latest start
+is `after` periods old has left the port, and is not planned). While k jobs send at once
 each gets a k-th of the port, so a communication that overlapped others' took longer than it needs:
 its time alone is each stretch of it over the number of jobs sending then (`alone_us`, the median of
-the recent ones). A job paced by its compute (its silences vary less than its periods) starts its next
+the recent ones). A job paced by its compute (its silences vary no more than its periods: a steady collision, where
+neither varies, is taken as compute-paced, as training is) starts its next
 iteration a silence after its communication ends, so its period alone is its silence plus that
 communication; a job paced by a clock keeps its median period. Planned on the collided ones instead,
 two identical jobs (0.94 s, 420 ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their
@@ -42,7 +44,7 @@ costs it nearly a whole period; measured: 935 ms shifts of a 1,063 ms period for
 otherwise it records them where they are (a job paced by its compute speeds up once its communication
 no longer overlaps: a new period, and nothing to move).
 A plan that moved nobody and left overlap is made again at every check, from the estimates as they are
-then: they improve (two identical jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and
+then, and recorded only when it moves a job or finds them apart: the estimates improve (two identical jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and
 0.94 for the rest of the run, stayed 50 % overlapped: their drift was checked against the first plan's
 periods, e8ac288). At most `max_plans` plans that move jobs per port: a job that ignores its shifts is
 not shifted for ever.
@@ -50,6 +52,7 @@ not shifted for ever.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -171,7 +174,7 @@ class Turns:
             return None
         state.anchor_starts = 0
         if not any(state.plan.shifts_us.values()) and sum(state.plan.overlap_fraction.values()) >= MIN_GAIN:
-            return self._plan(key, state, t_us, "overlap left: planned again")
+            return self._plan(key, state, t_us, "overlap left: planned again", quiet=True)
         observed = [self._phase(state, j, t_us) for j in state.plan.jobs]
         if any(o is None for o in observed):
             return None
@@ -210,13 +213,18 @@ class Turns:
         silences = [n - e for _, e, n in track.comms]
         gaps = [n - s for s, _, n in track.comms]
         start = float(track.starts[-1])
-        while start < now_us - period[0] / 2:      # its start nearest now, at the pace it has now: a job's
-            start += period[0]                     # start a round behind another's is stretched like it
-        if _mad(silences) <= _mad(gaps):     # paced by its compute: alone, it starts a silence after it ends
+        if now_us - start > self.config.after * period[0]:
+            return None                      # it left the port (or paused): not planned until it is back
+        # its start nearest now, at the pace it has now: a start a round behind another's is stretched like it
+        start += max(0, math.ceil((now_us - period[0] / 2 - start) / period[0])) * period[0]
+        if _mad(silences) <= _mad(gaps):     # paced by its compute (ties too, as a steady collision gives)
             return _Phase(JobPhase(job, float(statistics.median(silences)) + comm, comm, start), period[1])
         return _Phase(JobPhase(job, period[0], comm, start), period[1])
 
-    def _plan(self, key: tuple[str, int], state: _Port, at_us: int, reason: str) -> PlanRecord | None:
+    def _plan(self, key: tuple[str, int], state: _Port, at_us: int, reason: str,
+              quiet: bool = False) -> PlanRecord | None:
+        """The port's plan from the phases as they are now, and its record (`quiet`: none for a plan that
+        moves nobody and leaves overlap, as the last did: its estimates are kept, the log is not filled)."""
         phases = same_periods([p for p in (self._phase(state, j, at_us) for j in state.tracks) if p is not None],
                               horizon=self.config.horizon)
         fixed = [p for p in phases if p.job in self._fixed or self._owner.get(p.job, key) != key]
@@ -234,6 +242,8 @@ class Turns:
         state.left_out = tuple(p.job for p in fixed[1:])
         for p in free:
             self._owner[p.job] = key
+        if quiet and not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN:
+            return None
         state.records += 1
         orders = tuple(ShiftOrder(key[0], key[1], p.job, made.shifts_us[p.job], state.records)
                        for p in free if made.shifts_us[p.job] > 0)
