@@ -59,10 +59,12 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
         assert not [e for e in events if e["type"] == "shift"] and first["shifts_us"] == {"1": 0, "2": 0}, first
         pytest.skip(f"the jobs started {abs(firsts[2] - firsts[1]) / 1000:.0f} ms apart and overlapped "
                     f"{share(before):.0%} before the plan: nothing to shift (none was sent)")
-    # Planned from communication times stretched by the collision: it predicts less overlap, not none.
+    # The first plan that moves a job: the first, or one made again at a check (three communications can
+    # misread a clocked job's pace on a loaded machine: 589 ms of 800; the next check read 800).
+    first = next(p for p in plans if any(s > 0 for s in p["shifts_us"].values()))
     assert all(first["overlap_after"][j] < first["overlap_before"][j] for j in ("1", "2")), first
     (moved,) = [int(j) for j, s in first["shifts_us"].items() if s > 0]
-    sent = [e for e in events if e["type"] == "shift" and e["plan"] == 1]
+    sent = [e for e in events if e["type"] == "shift" and e["plan"] == first["plan"]]
     hosts = {1: ["h2", "h3"], 2: ["h4", "h5"]}[moved]
     assert [(e["job"], e["hosts"]) for e in sent] == [(moved, {h: "sent" for h in hosts})]
     name = {1: "a", 2: "b"}[moved]
@@ -80,7 +82,8 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     assert len(before) >= 4 and len(after) >= 8, (len(before), len(after))
     assert share(before) > 0.2 and share(after) < 0.1, (share(before), share(after))
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["interleave"]["plans"][0]["shifts_ms"][name] == pytest.approx(first["shifts_us"][str(moved)] / 1000)
-    assert metrics["interleave"]["shifts"][0] == {"plan": 1, "job": name, "shift_ms": sent[0]["shift_us"] / 1000,
+    listed = next(p for p in metrics["interleave"]["plans"] if p["plan"] == first["plan"])
+    assert listed["shifts_ms"][name] == pytest.approx(first["shifts_us"][str(moved)] / 1000)
+    assert metrics["interleave"]["shifts"][0] == {"plan": first["plan"], "job": name, "shift_ms": sent[0]["shift_us"] / 1000,
                                                   "hosts": 2, "sent": 2, "refused": []}
     assert metrics["interleave"]["left_alone"] == []
