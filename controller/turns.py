@@ -18,21 +18,21 @@ median, before the plan and the checks.
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
 latest start, its communication time and its period as they would be alone (a job whose latest start
-is `after` periods old has left the port, and is not planned). While k jobs send at once
-each gets a k-th of the port, so a communication that overlapped others' took longer than it needs:
-its time alone is each stretch of it over the number of jobs sending then (`alone_us`, the median of
-the recent ones). A job paced by its compute (its silences vary no more than its periods: a steady collision, where
-neither varies, is taken as compute-paced, as training is; read from three communications on a loaded
-machine, a clocked job colliding was once read so, at 589 ms of 800, its first plan moved nobody, and
-the next check's, 2.3 s later, read 800 and moved it) starts its next
+is `after` periods old has left the port, and is not planned). While k jobs send at once each gets a
+k-th of the port, so a communication that overlapped others' took longer than it needs: its time
+alone is each stretch of it over the number of jobs sending then (`alone_us`, the median of the
+recent ones). A job paced by its compute (its silences vary no more than its periods: a steady
+collision, where neither varies, is taken as compute-paced, as training is; read from three
+communications on a loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its
+first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it) starts its next
 iteration a silence after its communication ends, so its period alone is its silence plus that
 communication; a job paced by a clock keeps its median period. Planned on the collided ones instead,
 two identical jobs (0.94 s, 420 ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their
 slots after each of four shifts as their periods came back to 0.94 s (measured, 619f27d). Its start is
 the one nearest the plan's moment, a job's latest start a round behind carried on at the pace it has
 now (colliding, both are stretched alike: carried on at its pace alone, it was put 280 ms from a job
-10 ms from it). A job belongs to the first port that plans it; at another port it is fixed (shift 0), as is a
-job found without the channel (`fix`: the host refused the datagram; an unmodified script). Fixed jobs
+10 ms from it). A job belongs to the first port that plans it; at another port it is fixed (shift 0), as
+is a job found without the channel (`fix`: the host refused the datagram; an unmodified script). Fixed jobs
 come first, so the first is the plan's anchor; a second fixed job at the port cannot be planned around
 and is left out of the plan (named in its record). Where no job is fixed, every job is moved by a common
 delay too where that makes the delays least (`cheapest`): the anchor is only the job seen first.
@@ -46,10 +46,10 @@ costs it nearly a whole period; measured: 935 ms shifts of a 1,063 ms period for
 otherwise it records them where they are (a job paced by its compute speeds up once its communication
 no longer overlaps: a new period, and nothing to move).
 A plan that moved nobody and left overlap is made again at every check, from the estimates as they are
-then, and recorded only when it moves a job or finds them apart: the estimates improve (two identical jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and
-0.94 for the rest of the run, stayed 50 % overlapped: their drift was checked against the first plan's
-periods, e8ac288). At most `max_plans` plans that move jobs per port: a job that ignores its shifts is
-not shifted for ever.
+then, and recorded only when it moves a job or finds them apart: the estimates improve (two identical
+jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and 0.94 for the rest of the run,
+stayed 50 % overlapped: their drift was checked against the first plan's periods, e8ac288). At most
+`max_plans` plans that move jobs per port: a job that ignores its shifts is not shifted for ever.
 """
 
 from __future__ import annotations
@@ -125,8 +125,7 @@ class _Track:
         gaps = [b - a for a, b in zip(s, s[1:]) if b > a]
         if not gaps:
             return None
-        median = float(statistics.median(gaps))
-        return median, float(statistics.median(abs(g - median) for g in gaps))
+        return float(statistics.median(gaps)), _mad(gaps)
 
 
 @dataclass
@@ -175,7 +174,7 @@ class Turns:
         if state.anchor_starts < self.config.check_every or state.plans >= self.config.max_plans:
             return None
         state.anchor_starts = 0
-        if not any(state.plan.shifts_us.values()) and sum(state.plan.overlap_fraction.values()) >= MIN_GAIN:
+        if _stuck(state.plan):
             return self._plan(key, state, t_us, "overlap left: planned again", quiet=True)
         observed = [self._phase(state, j, t_us) for j in state.plan.jobs]
         if any(o is None for o in observed):
@@ -210,15 +209,15 @@ class Turns:
         period = track.period_us() if track is not None else None
         if not period or not track.comms:
             return None
-        others = [c[:2] for j, t in state.tracks.items() if j != job for c in t.comms]
-        comm = float(statistics.median(alone_us(c[:2], others) for c in track.comms))
-        silences = [n - e for _, e, n in track.comms]
-        gaps = [n - s for s, _, n in track.comms]
         start = float(track.starts[-1])
         if now_us - start > self.config.after * period[0]:
             return None                      # it left the port (or paused): not planned until it is back
         # its start nearest now, at the pace it has now: a start a round behind another's is stretched like it
         start += max(0, math.ceil((now_us - period[0] / 2 - start) / period[0])) * period[0]
+        others = [c[:2] for j, t in state.tracks.items() if j != job for c in t.comms]
+        comm = float(statistics.median(alone_us(c[:2], others) for c in track.comms))
+        silences = [n - e for _, e, n in track.comms]
+        gaps = [n - s for s, _, n in track.comms]
         if _mad(silences) <= _mad(gaps):     # paced by its compute (ties too, as a steady collision gives)
             return _Phase(JobPhase(job, float(statistics.median(silences)) + comm, comm, start), period[1])
         return _Phase(JobPhase(job, period[0], comm, start), period[1])
@@ -244,7 +243,7 @@ class Turns:
         state.left_out = tuple(p.job for p in fixed[1:])
         for p in free:
             self._owner[p.job] = key
-        if quiet and not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN:
+        if quiet and _stuck(made):
             return None
         state.records += 1
         orders = tuple(ShiftOrder(key[0], key[1], p.job, made.shifts_us[p.job], state.records)
@@ -261,6 +260,11 @@ def alone_us(span: tuple, others: list) -> float:
     cuts = sorted({start, end, *(t for o in others for t in o if start < t < end)})
     return float(sum((b - a) / (1 + sum(o[0] <= (a + b) / 2 < o[1] for o in others))
                      for a, b in zip(cuts, cuts[1:])))
+
+
+def _stuck(made: Plan) -> bool:
+    """The plan moves nobody and leaves overlap: made again at each check (see the module's note)."""
+    return not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN
 
 
 def _mad(values: list) -> float:
