@@ -27,6 +27,7 @@ from pcnlab.topologies.topos import make_topology
 SENDER = str(Path(__file__).with_name("periodic_sender.py"))
 RATE_PPS = 1000
 PERIOD_MS = 200
+G_US = 20_000          # the silence after which the switch reports a new burst (burst_gap_us)
 
 
 def _send_bursts(net, ledger, iterations: int, src: str = "h2", dst: str = "h3", period_ms: float = PERIOD_MS):
@@ -69,7 +70,7 @@ def test_windows_open_before_each_burst_and_survive_a_restart(run_folder):
         port = next(p for p, peer in endpoint.ports.items() if peer == "h3")
         endpoint = dataclasses.replace(endpoint, queues=(PortQueue(port, RATE_PPS, 100),))
         dataplane = DataPlaneConfig(
-            switch_id=1, classes=(FlowClass(job=1, src=f"{net.host('h2').IP()}/32", burst_gap_us=20_000),),
+            switch_id=1, classes=(FlowClass(job=1, src=f"{net.host('h2').IP()}/32", burst_gap_us=G_US),),
             modes={port: PortMode("pcn", k=40, k_pre=5)})
         controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": dataplane})
         events = EventLog(run_folder.path / "events.jsonl")
@@ -139,7 +140,7 @@ def test_two_jobs_a_pause_and_a_new_period_keep_being_predicted(run_folder):
         endpoint = net.endpoints()[0]
         port = next(p for p, peer in endpoint.ports.items() if peer == "h4")
         endpoint = dataclasses.replace(endpoint, queues=(PortQueue(port, RATE_PPS, 100),))
-        classes = tuple(FlowClass(job=j, src=f"{net.host(h).IP()}/32", burst_gap_us=20_000)
+        classes = tuple(FlowClass(job=j, src=f"{net.host(h).IP()}/32", burst_gap_us=G_US)
                         for j, h in ((1, "h2"), (2, "h3")))
         dataplane = DataPlaneConfig(switch_id=1, classes=classes, modes={port: PortMode("pcn", k=40, k_pre=5)})
         controller = PcnController([endpoint], P4Program.named(), dataplane={"s1": dataplane})
@@ -200,13 +201,13 @@ def test_two_jobs_a_pause_and_a_new_period_keep_being_predicted(run_folder):
 
 def _iterations(reports: list[dict], min_period_us: int) -> list[list[dict]]:
     """A job's iterations as the switch saw them: a report within half the job's shortest period of the
-    iteration's first is the same iteration, its burst split by a silence over G (20 ms): a busy machine
+    iteration's first is the same iteration, its burst split by a silence over G (G_US): a busy machine
     can stall the sender or BMv2's receiving thread that long (CI-like load: 20-47 ms, the core then
     calls it `between` or `sub-burst`). Such a report must follow a real silence, never be a duplicate."""
     groups: list[list[dict]] = []
     for r in reports:
         if groups and r["t_us"] - groups[-1][0]["t_us"] < min_period_us // 2:
-            assert r["idle_us"] > 20_000, r
+            assert r["idle_us"] > G_US, r
             groups[-1].append(r)
         else:
             groups.append([r])
