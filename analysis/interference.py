@@ -168,7 +168,7 @@ def found_in_network(table: pd.DataFrame, workers: pd.DataFrame, jobs: dict[int,
 
 def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
     """metrics.json `interleave` (`mode.interleave`, controller/turns.py), from the controller's events:
-    each plan (when in the switch's clock, why, its shifts by job name, the overlap it predicted before
+    each plan (when in the switch's clock, and from when its shifts hold; why, its shifts by job name, the overlap it predicted before
     and after), each shift sent (to how many of the job's hosts, and which refused), and the jobs left
     where they were because none of their processes listens."""
     name = {str(jid): j["name"] for jid, j in jobs.items()}
@@ -177,7 +177,7 @@ def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
         return {name.get(str(k), str(k)): v for k, v in (d or {}).items()}
     rows = events.to_dict("records") if not events.empty and "type" in events else []
     plans = [{"plan": int(r["plan"]), "switch": r["switch"], "port": int(r["port"]), "t_us": int(r["t_us"]),
-              "reason": r["reason"],
+              "holds_us": int(r["holds_us"] if pd.notna(r.get("holds_us")) else r["t_us"]), "reason": r["reason"],
               "shifts_ms": {k: v / 1000 for k, v in named(r["shifts_us"]).items()},
               "overlap_before": named(r["overlap_before"]), "overlap_after": named(r["overlap_after"])}
              for r in rows if r["type"] == "interleave_plan"]

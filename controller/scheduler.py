@@ -28,7 +28,7 @@ from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.scheduler_core import WindowScheduler
 from pcnlab.controller.segments import LearnedGaps
-from pcnlab.controller.shift_channel import ShiftChannel
+from pcnlab.controller.shift_channel import SETTLE_S, ShiftChannel
 from pcnlab.controller.turns import PlanRecord, Turns
 from pcnlab.controller.windows import PlannerConfig, Window, WindowChange, WindowPlanner
 
@@ -130,11 +130,14 @@ class PcnScheduler:
             if prediction is not None:
                 self._log_prediction(prediction, burst.ts_us)
         if self.turns is not None and observation.kind != "sub-burst":
+            at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)      # from when a plan made now holds
+            clock = self.clocks[switch].map
+            holds_us = clock.to_switch_us(at_ns) if clock is not None else burst.ts_us + int(SETTLE_S * 1e6)
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
-                                         gap_us is not None)
+                                         gap_us is not None, holds_us)
             if record is not None:
                 self.events.write("interleave_plan", **record.fields())
-                self._tasks.append(asyncio.ensure_future(self._send_shifts(record)))
+                self._tasks.append(asyncio.ensure_future(self._send_shifts(record, at_ns)))
         gap = self.gaps.observe(report.key, burst.idle_us, observation.kind != "sub-burst", gap_us)
         if gap is not None and switch not in self._down:
             self._tasks.append(asyncio.ensure_future(self._write_gap(switch, burst.job, gap)))
@@ -160,11 +163,12 @@ class PcnScheduler:
                           confidence=round(prediction.confidence, 3), jitter_us=round(prediction.jitter_us),
                           confident=prediction.confident, model=prediction.model, decided_us=decided_us)
 
-    async def _send_shifts(self, record: PlanRecord) -> None:
-        """Each shift of a plan to its job's processes; a job none of whose hosts listens is fixed from
-        then on (its port plans again without moving it) and named."""
-        for order in record.orders:      # a job never added to the channel: no host, {}
-            hosts = await asyncio.to_thread(self.channel.send, order.job, order.shift_us, order.plan)
+    async def _send_shifts(self, record: PlanRecord, at_ns: int) -> None:
+        """Each shift of a plan to its job's processes, all at once, holding from `at_ns`; a job none of
+        whose hosts listens is fixed from then on (its port plans again without moving it) and named."""
+        answers = await asyncio.gather(*(asyncio.to_thread(self.channel.send, o.job, o.shift_us, o.plan, at_ns)
+                                         for o in record.orders))
+        for order, hosts in zip(record.orders, answers):   # a job never added to the channel: no host, {}
             self.events.write("shift", switch=order.switch, port=order.port, job=order.job,
                               shift_us=round(order.shift_us), plan=order.plan, hosts=hosts)
             if not any(v == "sent" for v in hosts.values()):

@@ -1,9 +1,9 @@
 """The controller's channel to the jobs (`mode.interleave`): a time shift reaches each sending process
 of a job as a UDP datagram {"shift_us", "plan", "at_ns"} to its host's own address on the job's port, where the
 process's listener (workloads/announce.py) already absorbs PCN-START announcements. The shift holds
-for communications planned to start from `at_ns` on (SETTLE_S after sending, on the monotonic clock
-every Mininet host and container of the machine shares), so all of a job's processes delay the same
-iteration. The controller runs
+for the communications decided from `at_ns` on (SETTLE_S after the plan, on the monotonic clock every
+Mininet host and container of the machine shares; one moment for every job of a plan, whose datagrams
+go out together), so all of a job's processes delay the same iteration and the controller knows which. The controller runs
 outside the hosts, so the socket for each host is made inside the host's network namespace (setns(2) on
 a thread of its own, which then ends: the socket stays in that namespace); a container that joined the
 host's namespace listens in the same one.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 CLONE_NEWNET = 0x40000000
 REFUSAL_WAIT_S = 0.05    # loopback's ICMP answer comes at once; this is ample
-SETTLE_S = 0.02          # a shift holds for communications planned from this long after it is sent on
+SETTLE_S = 0.05          # a plan's shifts hold for communications decided from this long after it on
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,11 @@ class ShiftChannel:
     def add_job(self, job: int, targets) -> None:
         self._targets[job] = tuple(targets)
 
-    def send(self, job: int, shift_us: float, plan: int) -> dict[str, str]:
-        """Send the shift to every process of `job`; per host: "sent", "refused" (nothing listens there)
-        or the error. Blocks about REFUSAL_WAIT_S (run it off the controller's loop)."""
-        at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)
+    def send(self, job: int, shift_us: float, plan: int, at_ns: int | None = None) -> dict[str, str]:
+        """Send the shift, holding from `at_ns` (None: SETTLE_S from now), to every process of `job`; per
+        host: "sent", "refused" (nothing listens there) or the error. Blocks about REFUSAL_WAIT_S (run it
+        off the controller's loop)."""
+        at_ns = at_ns if at_ns is not None else time.monotonic_ns() + int(SETTLE_S * 1e9)
         message = json.dumps({"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}).encode()
         out: dict[str, str] = {}
         sent = []

@@ -20,7 +20,7 @@ A port is planned once at least two jobs have shown `after` starts there: each j
 latest start, its communication time and its period as they would be alone (a job whose latest start
 is `after` periods old has left the port, and is not planned). While k jobs send at once each gets a
 k-th of the port, so a communication that overlapped others' took longer than it needs: its time
-alone is each stretch of it over the number of jobs sending then (`alone_us`, the median of the
+alone is each stretch of it over the number of jobs sending then (fluid.alone_us, the median of the
 recent ones). A job paced by its compute (its silences vary no more than its periods: a steady
 collision, where neither varies, is taken as compute-paced, as training is; read from three
 communications on a loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its
@@ -29,13 +29,18 @@ iteration a silence after its communication ends, so its period alone is its sil
 communication; a job paced by a clock keeps its median period. Planned on the collided ones instead,
 two identical jobs (0.94 s, 420 ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their
 slots after each of four shifts as their periods came back to 0.94 s (measured, 619f27d). Its start is
-the one nearest the plan's moment, a job's latest start a round behind carried on at the pace it has
-now (colliding, both are stretched alike: carried on at its pace alone, it was put 280 ms from a job
-10 ms from it). A job belongs to the first port that plans it; at another port it is fixed (shift 0), as
-is a job found without the channel (`fix`: the host refused the datagram; an unmodified script). Fixed jobs
-come first, so the first is the plan's anchor; a second fixed job at the port cannot be planned around
-and is left out of the plan (named in its record). Where no job is fixed, every job is moved by a common
-delay too where that makes the delays least (`cheapest`): the anchor is only the job seen first.
+the first one a shift sent now can move (the starts decided from `holds_us` on, the channel's moment):
+the fluid model of the port plays out the round under way from every job's latest start, colliding
+as it will (fluid.first_starts). Carried on from the latest start at the pace alone instead, three
+jobs colliding at a plan started their next iterations 0.3-0.5 s later than planned, and a job left
+its slot by 142-304 ms after each of four shifts (483b88a); replayed from that run's event log, the
+fluid model put 11 of the 12 starts within 115 ms of those seen (8 within 35 ms), and the twelfth a
+round late (its job decided it just before the moment taken). A job belongs to the first port that
+plans it; at another port it is fixed (shift 0), as is a job found without the channel (`fix`: the
+host refused the datagram; an unmodified script). Fixed jobs come first, so the first is the plan's
+anchor; a second fixed job at the port cannot be planned around and is left out of the plan (named in
+its record). Where no job is fixed, every job is moved by a common delay too where that makes the
+delays least (`cheapest`): the anchor is only the job seen first.
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance or a period
@@ -54,11 +59,11 @@ stayed 50 % overlapped: their drift was checked against the first plan's periods
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from pcnlab.controller.fluid import Sender, alone_us, first_starts
 from pcnlab.controller.interleave import JobPhase, Plan, clearance, drift, fractions, plan
 
 
@@ -95,10 +100,12 @@ class PlanRecord:
     fixed: tuple = ()
     left_out: tuple = ()
     orders: tuple[ShiftOrder, ...] = ()
+    holds_us: int | None = None       # its shifts move the starts decided from then on (None: at_us)
 
     def fields(self) -> dict:
         p = self.plan
         return {"switch": self.switch, "port": self.port, "plan": self.number, "t_us": self.at_us,
+                "holds_us": self.at_us if self.holds_us is None else self.holds_us,
                 "reason": self.reason, "jobs": list(p.jobs), "fixed": list(self.fixed), "left_out": list(self.left_out),
                 "shifts_us": {str(j): round(s) for j, s in p.shifts_us.items()},
                 "period_us": {str(ph.job): round(ph.period_us) for ph in p.phases},
@@ -148,9 +155,12 @@ class Turns:
         self._fixed: set[int] = set()                  # jobs without the channel
 
     def on_start(self, switch: str, port: int, job: int, t_us: int, idle_us: int | None,
-                 split: bool = True) -> PlanRecord | None:
+                 split: bool = True, holds_us: int | None = None) -> PlanRecord | None:
         """An iteration start of `job` at the port after `idle_us` of the job's silence there (`split`: the
-        key's segmenter has split its silences): a new plan for the port when one is due (else None)."""
+        key's segmenter has split its silences): a new plan for the port when one is due (else None).
+        `holds_us`: from when a shift sent now would hold (the starts a job decides from then on; the
+        channel's moment, in the switch's clock; None: `t_us`)."""
+        at = (t_us, t_us if holds_us is None else holds_us)
         key = (switch, port)
         state = self._ports.setdefault(key, _Port())
         track = self._track(switch, port, job)
@@ -164,10 +174,10 @@ class Turns:
             track.comms.append((track.starts[-1], t_us - idle_us, t_us))
         track.starts.append(t_us)
         if state.plan is None:
-            return self._plan(key, state, t_us, "first plan") if self._ready(state) else None
+            return self._plan(key, state, at, "first plan") if self._ready(state) else None
         if job not in state.plan.jobs and job not in state.left_out:
             came = len(track.starts) >= self.config.after and track.comms and state.plans < self.config.max_plans
-            return self._plan(key, state, t_us, f"job {job} came") if came else None
+            return self._plan(key, state, at, f"job {job} came") if came else None
         if job != state.plan.jobs[0]:
             return None
         state.anchor_starts += 1
@@ -175,12 +185,13 @@ class Turns:
             return None
         state.anchor_starts = 0
         if _stuck(state.plan):
-            return self._plan(key, state, t_us, "overlap left: planned again", quiet=True)
-        observed = [self._phase(state, j, t_us) for j in state.plan.jobs]
-        if any(o is None for o in observed):
+            return self._plan(key, state, at, "overlap left: planned again", quiet=True)
+        now = self._phases(state, at[1])
+        if any(j not in now for j in state.plan.jobs):
             return None
+        observed = [now[j] for j in state.plan.jobs]
         checked = drift(state.plan, same_periods(observed, state.plan.phases, self.config.horizon))
-        return self._plan(key, state, t_us, checked.reason) if checked.replan else None
+        return self._plan(key, state, at, checked.reason) if checked.replan else None
 
     def fix(self, job: int) -> None:
         """`job` cannot be shifted (its hosts refused the channel): fixed at every port from now, and the
@@ -204,30 +215,34 @@ class Turns:
         ready = [j for j, t in state.tracks.items() if len(t.starts) >= self.config.after and t.comms]
         return len(ready) >= 2 and state.plans < self.config.max_plans
 
-    def _phase(self, state: _Port, job: int, now_us: int) -> _Phase | None:
-        track = state.tracks.get(job)
-        period = track.period_us() if track is not None else None
-        if not period or not track.comms:
-            return None
-        start = float(track.starts[-1])
-        if now_us - start > self.config.after * period[0]:
-            return None                      # it left the port (or paused): not planned until it is back
-        # its start nearest now, at the pace it has now: a start a round behind another's is stretched like it
-        start += max(0, math.ceil((now_us - period[0] / 2 - start) / period[0])) * period[0]
-        others = [c[:2] for j, t in state.tracks.items() if j != job for c in t.comms]
-        comm = float(statistics.median(alone_us(c[:2], others) for c in track.comms))
-        silences = [n - e for _, e, n in track.comms]
-        gaps = [n - s for s, _, n in track.comms]
-        if _mad(silences) <= _mad(gaps):     # paced by its compute (ties too, as a steady collision gives)
-            return _Phase(JobPhase(job, float(statistics.median(silences)) + comm, comm, start), period[1])
-        return _Phase(JobPhase(job, period[0], comm, start), period[1])
+    def _phases(self, state: _Port, at_us: int) -> dict[int, _Phase]:
+        """Each job's phase as it would be alone, its start the first one a shift sent now can move (the
+        fluid model of the port from the jobs' latest starts, fluid.first_starts); a job whose latest
+        start is `after` of its periods before `at_us` has left the port (or paused) and is not planned."""
+        found, senders = {}, []
+        for job, track in state.tracks.items():
+            period = track.period_us()
+            if not period or not track.comms or at_us - track.starts[-1] > self.config.after * period[0]:
+                continue
+            others = [c[:2] for j, t in state.tracks.items() if j != job for c in t.comms]
+            comm = float(statistics.median(alone_us(c[:2], others) for c in track.comms))
+            silences = [n - e for _, e, n in track.comms]
+            gaps = [n - s for s, _, n in track.comms]
+            silence = float(statistics.median(silences)) if _mad(silences) <= _mad(gaps) else None
+            # paced by its compute (ties too, as a steady collision gives): silence + communication alone
+            alone = silence + comm if silence is not None else period[0]
+            senders.append(Sender(job, float(track.starts[-1]), comm, alone, silence))
+            found[job] = period[1]
+        known = [c[:2] for t in state.tracks.values() for c in t.comms]
+        starts = first_starts(senders, at_us, known)
+        return {s.job: _Phase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
 
-    def _plan(self, key: tuple[str, int], state: _Port, at_us: int, reason: str,
+    def _plan(self, key: tuple[str, int], state: _Port, at: tuple[int, int], reason: str,
               quiet: bool = False) -> PlanRecord | None:
-        """The port's plan from the phases as they are now, and its record (`quiet`: none for a plan that
-        moves nobody and leaves overlap, as the last did: its estimates are kept, the log is not filled)."""
-        phases = same_periods([p for p in (self._phase(state, j, at_us) for j in state.tracks) if p is not None],
-                              horizon=self.config.horizon)
+        """The port's plan from the phases as they are now (`at`: the report's time, and the moment its shifts
+        hold from), and its record (`quiet`: none for a plan that moves nobody and leaves overlap, as the
+        last did: its estimates are kept, the log is not filled)."""
+        phases = same_periods(list(self._phases(state, at[1]).values()), horizon=self.config.horizon)
         fixed = [p for p in phases if p.job in self._fixed or self._owner.get(p.job, key) != key]
         free = [p for p in phases if p not in fixed]
         if not free or len(phases) < 2:
@@ -248,18 +263,8 @@ class Turns:
         state.records += 1
         orders = tuple(ShiftOrder(key[0], key[1], p.job, made.shifts_us[p.job], state.records)
                        for p in free if made.shifts_us[p.job] > 0)
-        return PlanRecord(key[0], key[1], state.records, at_us, reason, made, tuple(p.job for p in fixed[:1]),
-                          state.left_out, orders)
-
-
-def alone_us(span: tuple, others: list) -> float:
-    """How long the communication over `span` (start, end) would have taken alone: each stretch of it over
-    the number of jobs sending then (itself and the `others`' (start, end) that cover it), as they shared
-    the port's rate. Hand-written: a fluid model of fair sharing; the switch reports only starts."""
-    start, end = span
-    cuts = sorted({start, end, *(t for o in others for t in o if start < t < end)})
-    return float(sum((b - a) / (1 + sum(o[0] <= (a + b) / 2 < o[1] for o in others))
-                     for a, b in zip(cuts, cuts[1:])))
+        return PlanRecord(key[0], key[1], state.records, at[0], reason, made, tuple(p.job for p in fixed[:1]),
+                          state.left_out, orders, at[1])
 
 
 def _stuck(made: Plan) -> bool:

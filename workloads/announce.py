@@ -58,9 +58,11 @@ class Shifts:
     """The delays the controller asked of this process and it has not taken yet: filled by the listener's
     thread, taken by the process's loop before a communication. Each shift holds from a moment on
     (`at_ns`, the host's monotonic clock, which every Mininet host and container shares): it delays the
-    first communication planned to start at or after it, so every process of a job delays the same
-    iteration (the two workers of a PS, handed the shift between their answers, once delayed different
-    iterations, and the job moved twice the shift)."""
+    first communication decided at or after it (when the process chooses that communication's start: as
+    the last one ends, or its compute begins), so every process of a job delays the same iteration (the
+    two workers of a PS, handed the shift between their answers, once delayed different iterations, and
+    the job moved twice the shift), and the controller knows which one (the starts decided before the
+    moment are played out: controller/fluid.py)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -70,11 +72,11 @@ class Shifts:
         with self._lock:
             self._pending.append((at_ns, shift_us))
 
-    def take(self, log: JsonLog | None = None, it: int | None = None, start_ns: int | None = None) -> float:
-        """The shifts (µs) that hold for a communication planned to start at `start_ns` (None: all), and
-        those no more; logged as applied before iteration `it` when it is some."""
+    def take(self, log: JsonLog | None = None, it: int | None = None, decided_ns: int | None = None) -> float:
+        """The shifts (µs) that hold for a communication decided at `decided_ns` (None: all), and those no
+        more; logged as applied before iteration `it` when it is some."""
         with self._lock:
-            due = [s for s in self._pending if start_ns is None or s[0] <= start_ns]
+            due = [s for s in self._pending if decided_ns is None or s[0] <= decided_ns]
             self._pending = [s for s in self._pending if s not in due]
         shift_us = float(sum(us for _, us in due))
         if shift_us > 0 and log is not None:

@@ -1,6 +1,7 @@
 """The controller's channel to a job (controller/shift_channel.py) into a real network namespace: a
 process there listening on the job's port (workloads/announce.py, as every worker does) takes the
-shift and its loop applies it once, to a communication planned from the moment the shift holds; a namespace where nothing listens refuses it, which the channel
+shift and its loop applies it once, to a communication decided from the moment the shift holds (one
+moment for every job of a plan); a namespace where nothing listens refuses it, which the channel
 reports, so the job is named and left where it is."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 import time
 
 from conftest import ROOT, needs_root
-from pcnlab.controller.shift_channel import ShiftChannel, Target
+from pcnlab.controller.shift_channel import SETTLE_S, ShiftChannel, Target
 
 pytestmark = needs_root
 
@@ -26,7 +27,7 @@ assert start_listener(log, "10.9.9.9", {PORT}, shifts)
 print("listening", flush=True)
 deadline = time.monotonic() + 10
 while time.monotonic() < deadline:
-    taken = shifts.take(log, 3, time.monotonic_ns())      # a communication planned now
+    taken = shifts.take(log, 3, time.monotonic_ns())      # a communication decided now
     if taken:
         print("taken", taken, shifts.take(), flush=True)
         break
@@ -52,15 +53,15 @@ def test_a_listening_process_takes_its_shift_once_and_a_silent_namespace_refuses
         time.sleep(0.2)   # the silent one's namespace is set up
         channel.add_job(1, [Target("hx", listener.pid, "10.9.9.9", PORT)])
         channel.add_job(2, [Target("hy", silent.pid, "10.9.9.9", PORT)])
-        sent_ns = time.monotonic_ns()
-        assert channel.send(1, 1234.4, plan=1) == {"hx": "sent"}
+        at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)
+        assert channel.send(1, 1234.4, plan=1, at_ns=at_ns) == {"hx": "sent"}
         assert channel.send(2, 500, plan=1) == {"hy": "refused"}
         out, err = listener.communicate(timeout=15)
         assert out.split() == ["taken", "1234.0", "0.0"], err      # µs, whole; once: none left after
         lines = [line for line in log.read_text().splitlines() if '"shift"' in line]
         assert '"direction":"received","shift_us":1234,"plan":1' in lines[0]
         received = json.loads(lines[0])
-        assert received["at_ns"] >= sent_ns + 0.02e9                   # it holds from SETTLE_S after sending
+        assert received["at_ns"] == at_ns                               # the plan's moment, as sent
         assert json.loads(lines[1])["host_ns"] >= received["at_ns"]     # and was taken no sooner
         assert '"direction":"applied","iter":3,"shift_us":1234' in lines[1]
     finally:

@@ -1,6 +1,6 @@
 """The controller's time shifts as a process holds them (workloads/announce.py Shifts): a shift holds
-for the communication planned at or after its moment, once; two processes of a job handed the same
-shift between their planned starts of one iteration both take it for that iteration."""
+for the communication decided at or after its moment, once; two processes of a job handed the same
+shift between their decisions of one iteration both take it for the next."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ from pcnlab.workloads.announce import Shifts
 def test_a_shift_holds_from_its_moment_once():
     shifts = Shifts()
     shifts.add(300.0, at_ns=1_000)
-    assert shifts.take(start_ns=999) == 0.0              # planned before the shift holds: not yet
-    assert shifts.take(start_ns=1_000) == 300.0          # the first at or after it: delayed
-    assert shifts.take(start_ns=5_000) == 0.0            # once
+    assert shifts.take(decided_ns=999) == 0.0              # decided before the shift holds: not yet
+    assert shifts.take(decided_ns=1_000) == 300.0          # the first at or after it: delayed
+    assert shifts.take(decided_ns=5_000) == 0.0            # once
     shifts.add(100.0, at_ns=2_000)
     shifts.add(50.0, at_ns=3_000)
-    assert shifts.take(start_ns=2_500) == 100.0 and shifts.take() == 50.0   # None: every one pending
+    assert shifts.take(decided_ns=2_500) == 100.0 and shifts.take() == 50.0   # None: every one pending
 
 
 def test_two_workers_of_one_job_delay_the_same_iteration():
-    # Worker 0 planned iteration 7 at t = 10_000, worker 1 at 10_004; the shift came in between, to
-    # hold from 10_020: both delay iteration 8 (planned at 20_000 and 20_003), neither iteration 7.
+    # Worker 0 decided iteration 7 at t = 10_000, worker 1 at 10_004; the shift came in between, to
+    # hold from 10_020: both delay iteration 8 (decided at 20_000 and 20_003), neither iteration 7.
     w0, w1 = Shifts(), Shifts()
-    assert w0.take(start_ns=10_000) == 0.0
+    assert w0.take(decided_ns=10_000) == 0.0
     for w in (w0, w1):
         w.add(250.0, at_ns=10_020)
-    assert w1.take(start_ns=10_004) == 0.0
-    assert w0.take(start_ns=20_000) == 250.0 and w1.take(start_ns=20_003) == 250.0
+    assert w1.take(decided_ns=10_004) == 0.0
+    assert w0.take(decided_ns=20_000) == 250.0 and w1.take(decided_ns=20_003) == 250.0
