@@ -1,9 +1,11 @@
 """The controller's channel to the jobs (`mode.interleave`): a time shift reaches each sending process
-of a job as a UDP datagram {"shift_us", "plan", "at_ns"} to its host's own address on the job's port, where the
+of a job as a UDP datagram {"shift_us", "plan", "at_ns", "start_ns"} to its host's own address on the job's port, where the
 process's listener (workloads/announce.py) already absorbs PCN-START announcements. The shift holds
 for the communications decided from `at_ns` on (SETTLE_S after the plan, on the monotonic clock every
 Mininet host and container of the machine shares; one moment for every job of a plan, whose datagrams
-go out together), so all of a job's processes delay the same iteration and the controller knows which. The controller runs
+go out together), so all of a job's processes delay the same iteration and the controller knows which;
+`start_ns`, on the same clock, is the slot that communication starts no sooner than (the shift is what
+the controller foresaw it would take; the process waits only what is left to the slot). The controller runs
 outside the hosts, so the socket for each host is made inside the host's network namespace (setns(2) on
 a thread of its own, which then ends: the socket stays in that namespace); a container that joined the
 host's namespace listens in the same one.
@@ -77,12 +79,14 @@ class ShiftChannel:
     def add_job(self, job: int, targets) -> None:
         self._targets[job] = tuple(targets)
 
-    def send(self, job: int, shift_us: float, plan: int, at_ns: int | None = None) -> dict[str, str]:
-        """Send the shift, holding from `at_ns` (None: SETTLE_S from now), to every process of `job`; per
-        host: "sent", "refused" (nothing listens there) or the error. Blocks about REFUSAL_WAIT_S (run it
-        off the controller's loop)."""
+    def send(self, job: int, shift_us: float, plan: int, at_ns: int | None = None,
+             start_ns: int | None = None) -> dict[str, str]:
+        """Send the shift, holding from `at_ns` (None: SETTLE_S from now), with its slot `start_ns` if
+        known, to every process of `job`; per host: "sent", "refused" (nothing listens there) or the
+        error. Blocks about REFUSAL_WAIT_S (run it off the controller's loop)."""
         at_ns = at_ns if at_ns is not None else time.monotonic_ns() + int(SETTLE_S * 1e9)
-        message = json.dumps({"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}).encode()
+        fields = {"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}
+        message = json.dumps(fields if start_ns is None else {**fields, "start_ns": start_ns}).encode()
         out: dict[str, str] = {}
         sent = []
         for target in self._targets.get(job, ()):

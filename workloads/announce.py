@@ -62,23 +62,32 @@ class Shifts:
     the last one ends, or its compute begins), so every process of a job delays the same iteration (the
     two workers of a PS, handed the shift between their answers, once delayed different iterations, and
     the job moved twice the shift), and the controller knows which one (the starts decided before the
-    moment are played out: controller/fluid.py)."""
+    moment are played out: controller/fluid.py). A shift may name its slot (`start_ns`): that communication
+    then starts no sooner than it, however late or early the one before it ended (the controller foresees
+    a collided round's end only roughly), and the delay is what is left to wait."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pending: list[tuple[int, float]] = []      # (at_ns, shift_us)
+        self._pending: list[tuple[int, float, int | None]] = []      # (at_ns, shift_us, start_ns)
 
-    def add(self, shift_us: float, at_ns: int = 0) -> None:
+    def add(self, shift_us: float, at_ns: int = 0, start_ns: int | None = None) -> None:
         with self._lock:
-            self._pending.append((at_ns, shift_us))
+            self._pending.append((at_ns, shift_us, start_ns))
 
-    def take(self, log: JsonLog | None = None, it: int | None = None, decided_ns: int | None = None) -> float:
-        """The shifts (µs) that hold for a communication decided at `decided_ns` (None: all), and those no
-        more; logged as applied before iteration `it` when it is some."""
+    def take(self, log: JsonLog | None = None, it: int | None = None, decided_ns: int | None = None,
+             planned_ns: int | None = None) -> float:
+        """The delay (µs) the shifts that hold for a communication decided at `decided_ns` (None: all) and
+        planned to start at `planned_ns` ask of it: a shift that names a slot, what is left to wait for
+        it (when the planned start is known), else the shift; those are taken, once. Logged as applied
+        before iteration `it` when it is some."""
         with self._lock:
             due = [s for s in self._pending if decided_ns is None or s[0] <= decided_ns]
             self._pending = [s for s in self._pending if s not in due]
-        shift_us = float(sum(us for _, us in due))
+        shift_us = 0.0
+        for _, us, start_ns in due:
+            if start_ns is not None and planned_ns is not None:
+                us = max(0.0, (start_ns - planned_ns) / 1e3 - shift_us)
+            shift_us += us
         if shift_us > 0 and log is not None:
             log.write("shift", direction="applied", iter=it, shift_us=round(shift_us))
         return shift_us
@@ -108,11 +117,12 @@ def start_listener(log: JsonLog, bind_addr: str, port: int, shifts: Shifts | Non
                 info = {}
             if not isinstance(info, dict):
                 info = {}
-            shift, at_ns = info.get("shift_us"), info.get("at_ns", 0)
-            if _number(shift) and 0 <= shift < 1e9 and _number(at_ns):
-                log.write("shift", direction="received", shift_us=round(shift), plan=info.get("plan"), at_ns=at_ns)
+            shift, at_ns, start_ns = info.get("shift_us"), info.get("at_ns", 0), info.get("start_ns")
+            if _number(shift) and 0 <= shift < 1e9 and _number(at_ns) and (start_ns is None or _number(start_ns)):
+                log.write("shift", direction="received", shift_us=round(shift), plan=info.get("plan"), at_ns=at_ns,
+                          start_ns=start_ns)
                 if shifts is not None:
-                    shifts.add(float(shift), int(at_ns))
+                    shifts.add(float(shift), int(at_ns), None if start_ns is None else int(start_ns))
                 continue
             log.write("announce", direction="received",
                       src=peer[0], **{k: info.get(k) for k in ("rank", "iter", "bytes", "lead_us")})

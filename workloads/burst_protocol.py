@@ -77,7 +77,7 @@ class Pacer:
         planned = answered_ns + int(cfg.compute_ms * 1e6)
         if cfg.period_ms > 0:
             planned = max(planned, self.t0 + int(it * cfg.period_ms * 1e6))
-        shift_ns = int(self.shifts.take(self.log, it, answered_ns) * 1e3) if self.shifts is not None else 0
+        shift_ns = int(self.shifts.take(self.log, it, answered_ns, planned) * 1e3) if self.shifts is not None else 0
         self.t0 += shift_ns    # the period's clock: this start and every later one
         target = planned + shift_ns
         if cfg.jitter_ms > 0:

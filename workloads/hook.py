@@ -73,7 +73,9 @@ class IterationHook:
         if not (module.training and torch.is_grad_enabled()):
             return
         if self.shifts is not None:
-            shift_us = self.shifts.take(self.log, self.iter + 1, time.monotonic_ns())
+            now = time.monotonic_ns()     # its communication comes one compute later (as the last one did)
+            shift_us = self.shifts.take(self.log, self.iter + 1, now,
+                                        now + self.last_compute_ns if self.last_compute_ns else None)
             if shift_us > 0:
                 time.sleep(shift_us / 1e6)
         with self._lock:

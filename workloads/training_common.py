@@ -42,7 +42,7 @@ def timed_compute(cfg: TrainConfig, work, announce=None, shifts: Shifts | None =
     `announce(comm_start_ns)`, if given, runs inside the pad, one lead before the phase ends (at once
     when the work overran it): the PCN-START of the communication that follows."""
     start = time.monotonic_ns()
-    shift_us = shifts.take(log, it, start) if shifts is not None else 0.0
+    shift_us = shifts.take(log, it, start, start + int(cfg.compute_ms * 1e6)) if shifts is not None else 0.0
     result = work()
     phase_ns = int(cfg.compute_ms * 1e6 + shift_us * 1e3)
     if announce is not None:

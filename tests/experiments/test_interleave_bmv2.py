@@ -1,7 +1,8 @@
 """Jobs that share a port take turns, for real (`mode.interleave`, `pcnlab run` on BMv2): two identical
 generator jobs whose PSs share h1's port start together and collide; the controller plans from the
-switch's burst reports the shift that puts them half a period apart, sends it to the moved job's
-two workers in their hosts, each applies it once, and from then on their communication at the port
+switch's burst reports the shift that puts them half a period apart, sends each job its slot (the
+moved one's the shift later), each worker in its host waits for it once, both workers of a job in the
+same iteration, none starting before its slot, and from then on their communication at the port
 overlaps far less than before the plan; metrics.json says what was planned and sent. Where a machine
 starts the jobs too far apart to collide, it asserts that nothing was sent and skips the rest, saying
 how far apart they started."""
@@ -64,16 +65,18 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     first = next(p for p in plans if any(s > 0 for s in p["shifts_us"].values()))
     assert all(first["overlap_after"][j] < first["overlap_before"][j] for j in ("1", "2")), first
     (moved,) = [int(j) for j, s in first["shifts_us"].items() if s > 0]
-    sent = [e for e in events if e["type"] == "shift" and e["plan"] == first["plan"]]
-    hosts = {1: ["h2", "h3"], 2: ["h4", "h5"]}[moved]
-    assert [(e["job"], e["hosts"]) for e in sent] == [(moved, {h: "sent" for h in hosts})]
+    sent = {e["job"]: e for e in events if e["type"] == "shift" and e["plan"] == first["plan"]}
+    hosts = {1: ["h2", "h3"], 2: ["h4", "h5"]}
+    assert {j: e["hosts"] for j, e in sent.items()} == {j: {h: "sent" for h in hosts[j]} for j in (1, 2)}
     name = {1: "a", 2: "b"}[moved]
     applied = []
-    for rank, host in enumerate(hosts):
+    for rank, host in enumerate(hosts[moved]):
         lines = read_json_lines(run / "jobs" / name / f"worker{rank}-{host}.jsonl")[1]
         shifts = [r for r in lines if r["type"] == "shift"]
         assert [r["direction"] for r in shifts[:2]] == ["received", "applied"], shifts
-        assert shifts[1]["shift_us"] == first["shifts_us"][str(moved)]
+        slot_ns = shifts[0]["start_ns"]
+        it = next(r for r in lines if r["type"] == "iteration" and r["iter"] == shifts[1]["iter"])
+        assert it["comm_start_ns"] >= slot_ns - 1000, (it, slot_ns)      # it waited for its slot (µs)
         applied.append(shifts[1]["iter"])
     assert applied[0] == applied[1]                  # both workers delayed the same iteration
     # Before the plan, and from one iteration after the shift on.
@@ -84,6 +87,6 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     metrics = json.loads((run / "metrics.json").read_text())
     listed = next(p for p in metrics["interleave"]["plans"] if p["plan"] == first["plan"])
     assert listed["shifts_ms"][name] == pytest.approx(first["shifts_us"][str(moved)] / 1000)
-    assert metrics["interleave"]["shifts"][0] == {"plan": first["plan"], "job": name, "shift_ms": sent[0]["shift_us"] / 1000,
-                                                  "hosts": 2, "sent": 2, "refused": []}
+    assert {"plan": first["plan"], "job": name, "shift_ms": sent[moved]["shift_us"] / 1000,
+            "hosts": 2, "sent": 2, "refused": []} in metrics["interleave"]["shifts"]
     assert metrics["interleave"]["left_alone"] == []

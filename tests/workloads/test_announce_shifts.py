@@ -1,6 +1,7 @@
 """The controller's time shifts as a process holds them (workloads/announce.py Shifts): a shift holds
 for the communication decided at or after its moment, once; two processes of a job handed the same
-shift between their decisions of one iteration both take it for the next."""
+shift between their decisions of one iteration both take it for the next; a shift that names its slot
+asks only what is left to wait for it."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def test_two_workers_of_one_job_delay_the_same_iteration():
         w.add(250.0, at_ns=10_020)
     assert w1.take(decided_ns=10_004) == 0.0
     assert w0.take(decided_ns=20_000) == 250.0 and w1.take(decided_ns=20_003) == 250.0
+
+
+def test_a_shift_that_names_its_slot_waits_what_is_left_to_it():
+    shifts = Shifts()
+    shifts.add(300.0, at_ns=1_000, start_ns=900_000)
+    assert shifts.take(decided_ns=2_000, planned_ns=500_000) == 400.0     # planned 400 µs before its slot
+    shifts.add(300.0, at_ns=1_000, start_ns=900_000)
+    assert shifts.take(decided_ns=2_000, planned_ns=950_000) == 0.0       # already past it: at once
+    shifts.add(300.0, at_ns=1_000, start_ns=900_000)
+    assert shifts.take(decided_ns=2_000) == 300.0                         # the plan unknown: the shift
