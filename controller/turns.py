@@ -162,6 +162,7 @@ class _Port:
     anchor_starts: int = 0                         # the anchor's starts since the plan
     left_out: tuple = ()                           # fixed jobs the plan could not take
     foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, foreseen)
+    waiting: dict = field(default_factory=dict)    # job sent a slot -> from when (its slot is not foreseeable)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
 
 
@@ -256,17 +257,20 @@ class Turns:
             found[job] = period[1]
         known = [c[:2] for t in state.tracks.values() for c in t.comms]
         starts = first_starts(senders, at_us, known)
-        alone = {s.job: first_starts([s], at_us)[s.job] for s in senders}
-        return {s.job: _Phase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job],
-                              max(0.0, starts[s.job] - alone[s.job])) for s in senders}
+        return {s.job: _Phase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
 
     def _foresee(self, state: _Port, job: int, t_us: int, idle_us: int | None, holds_us: int) -> None:
         """How much later than foreseen this start came (when it is the first the job decided from the
-        moment a foresight was made for), and each job's next start foreseen from now, for those without."""
+        moment a foresight was made for), and each job's next start foreseen from now, for those without.
+        Not while a job waits for the slot a plan sent it: the model does not know it."""
         was = state.foreseen.get(job)
         if was is not None and idle_us is not None and t_us - idle_us >= was[0]:
             state.late.append(t_us - was[1])
             del state.foreseen[job]
+        if job in state.waiting and idle_us is not None and t_us - idle_us >= state.waiting[job]:
+            del state.waiting[job]               # the start its slot held
+        if state.waiting:
+            return
         for j, found in self._phases(state, holds_us).items():
             state.foreseen.setdefault(j, (holds_us, found.phase.start_us))
 
@@ -299,6 +303,9 @@ class Turns:
         moves = any(made.shifts_us[p.job] > 0 for p in free)
         orders = tuple(ShiftOrder(key[0], key[1], p.job, made.shifts_us[p.job], state.records,
                                   p.start_us + made.shifts_us[p.job] + margin) for p in free) if moves else ()
+        if orders:               # what was foreseen without the slots no longer holds
+            state.foreseen.clear()
+            state.waiting = {o.job: at[1] for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, at[1], margin if moves else 0.0)
 
@@ -317,7 +324,6 @@ def _mad(values: list) -> float:
 class _Phase:
     phase: JobPhase
     spread_us: float              # the period's median absolute deviation
-    stretch_us: float = 0.0       # how much later the round under way puts its start than alone
 
 
 def same_periods(phases, planned: tuple[JobPhase, ...] = (), horizon: int = TurnConfig.horizon) -> list[JobPhase]:

@@ -275,3 +275,14 @@ def test_beside_a_fixed_job_slots_have_no_margin():
     plans = feed(turns, {1: (850, 250, 0), 2: (850, 250, 100)}, 12, obey={2}, longer={2: {2: 80}})
     (order,) = next(p for p in plans if p.orders).orders
     assert order.job == 2 and next(p for p in plans if p.orders).margin_us == 0
+
+
+def test_a_wait_for_a_slot_is_not_counted_as_lateness():
+    # After a plan, the jobs wait for their slots (up to 385 ms after where the model, which does not know
+    # them, would put them): none of that is how late the port's starts came (before the plan, up to the
+    # margin; after the slots, exactly as foreseen).
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    plans = feed(turns, {1: (850, 250, 0), 2: (850, 250, 100), 3: (850, 250, 200)}, 10, obey={1, 2, 3})
+    (first,) = [p for p in plans if p.orders]
+    state = turns._ports[("s1", 1)]
+    assert not state.waiting and max(state.late) <= first.margin_us, (list(state.late), first.margin_us)
