@@ -118,7 +118,8 @@ def start_listener(log: JsonLog, bind_addr: str, port: int, shifts: Shifts | Non
             if not isinstance(info, dict):
                 info = {}
             shift, at_ns, start_ns = info.get("shift_us"), info.get("at_ns", 0), info.get("start_ns")
-            if _number(shift) and 0 <= shift < 1e9 and _number(at_ns) and (start_ns is None or _number(start_ns)):
+            slot_ok = start_ns is None or (_number(start_ns) and _number(at_ns) and 0 <= start_ns - at_ns < 1e12)
+            if _number(shift) and 0 <= shift < 1e9 and _number(at_ns) and slot_ok:      # a slot within 1,000 s
                 log.write("shift", direction="received", shift_us=round(shift), plan=info.get("plan"), at_ns=at_ns,
                           start_ns=start_ns)
                 if shifts is not None:

@@ -38,3 +38,32 @@ def test_a_shift_that_names_its_slot_waits_what_is_left_to_it():
     assert shifts.take(decided_ns=2_000, planned_ns=950_000) == 0.0       # already past it: at once
     shifts.add(300.0, at_ns=1_000, start_ns=900_000)
     assert shifts.take(decided_ns=2_000) == 300.0                         # the plan unknown: the shift
+
+
+def test_the_listener_takes_a_slot_only_where_it_is_a_time_after_its_moment(tmp_path):
+    import json
+    import socket
+    import time
+
+    from pcnlab.workloads.announce import start_listener
+    from pcnlab.workloads.joblog import JsonLog
+
+    log = JsonLog(str(tmp_path / "w.jsonl"), job="j", host="h", role="worker", rank=0)
+    shifts = Shifts()
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    assert start_listener(log, "127.0.0.1", port, shifts)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for bad in ("soon", -5, 10 ** 13, True):                     # not a time, before its moment, 10,000 s on
+        sender.sendto(json.dumps({"shift_us": 100, "plan": 1, "at_ns": 1_000, "start_ns": bad}).encode(), ("127.0.0.1", port))
+    sender.sendto(json.dumps({"shift_us": 100, "plan": 2, "at_ns": 1_000, "start_ns": 501_000}).encode(), ("127.0.0.1", port))
+    deadline = time.monotonic() + 5
+    while not shifts._pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)                                               # the bad ones, had they been taken, too
+    sender.close()
+    log.close()
+    assert shifts._pending == [(1_000, 100.0, 501_000)]
+    assert shifts.take(decided_ns=2_000, planned_ns=301_000) == 200.0
