@@ -247,14 +247,17 @@ class Turns:
             if not period or not track.comms or at_us - track.starts[-1] > self.config.after * period[0]:
                 continue
             others = [c[:2] for j, t in state.tracks.items() if j != job for c in t.comms]
-            comm = float(statistics.median(alone_us(c[:2], others) for c in track.comms))
+            alones = [alone_us(c[:2], others) for c in track.comms]
+            comm = float(statistics.median(alones))
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]
             silence = float(statistics.median(silences)) if _mad(silences) <= _mad(gaps) else None
-            # paced by its compute (ties too, as a steady collision gives): silence + communication alone
+            # paced by its compute (ties too, as a steady collision gives): silence + communication alone,
+            # and the spread of that (its starts' spread is the collisions': it made a 1.15 s job one with
+            # two of 0.87 s, and planned them as one period, 369dbb6)
             alone = silence + comm if silence is not None else period[0]
             senders.append(Sender(job, float(track.starts[-1]), comm, alone, silence))
-            found[job] = period[1]
+            found[job] = _mad([s + a for s, a in zip(silences, alones)]) if silence is not None else period[1]
         known = [c[:2] for t in state.tracks.values() for c in t.comms]
         starts = first_starts(senders, at_us, known)
         return {s.job: _Phase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
