@@ -164,16 +164,17 @@ class PcnScheduler:
                           confident=prediction.confident, model=prediction.model, decided_us=decided_us)
 
     async def _send_shifts(self, record: PlanRecord, at_ns: int) -> None:
-        """Each shift of a plan, with its slot (on the hosts' clock), to its job's processes, all at once,
-        holding from `at_ns`; a job none of whose hosts listens is fixed from then on (its port plans again
-        without moving it) and named."""
+        """Each shift of a plan, with its slot (on the hosts' clock), to its job's processes, all before one
+        wait for refusals (ShiftChannel.send_plan), holding from `at_ns`; a job none of whose hosts listens
+        is fixed from then on (its port plans again without moving it) and named."""
         clock = self.clocks[record.switch].map
 
         def slot(order) -> int | None:
             return clock.to_host_ns(round(order.start_us)) if clock is not None and order.start_us is not None else None
-        answers = await asyncio.gather(*(asyncio.to_thread(self.channel.send, o.job, o.shift_us, o.plan, at_ns, slot(o))
-                                         for o in record.orders))
-        for order, hosts in zip(record.orders, answers):   # a job never added to the channel: no host, {}
+        answers = await asyncio.to_thread(self.channel.send_plan,
+                                          [(o.job, o.shift_us, o.plan, slot(o)) for o in record.orders], at_ns)
+        for order in record.orders:      # a job never added to the channel: no host, {}
+            hosts = answers[order.job]
             self.events.write("shift", switch=order.switch, port=order.port, job=order.job,
                               shift_us=round(order.shift_us), plan=order.plan, hosts=hosts,
                               start_us=None if order.start_us is None else round(order.start_us))

@@ -85,24 +85,32 @@ class ShiftChannel:
         known, to every process of `job`; per host: "sent", "refused" (nothing listens there) or the
         error. Blocks about REFUSAL_WAIT_S (run it off the controller's loop)."""
         at_ns = at_ns if at_ns is not None else time.monotonic_ns() + int(SETTLE_S * 1e9)
-        fields = {"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}
-        message = json.dumps(fields if start_ns is None else {**fields, "start_ns": start_ns}).encode()
-        out: dict[str, str] = {}
+        return self.send_plan([(job, shift_us, plan, start_ns)], at_ns)[job]
+
+    def send_plan(self, orders, at_ns: int) -> dict[int, dict[str, str]]:
+        """A plan's shifts, each (job, shift_us, plan, start_ns or None), holding from `at_ns`: every
+        datagram goes out before one wait for refusals, so the last leaves as soon as the first. Per job,
+        per host as `send` says."""
+        out: dict[int, dict[str, str]] = {}
         sent = []
-        for target in self._targets.get(job, ()):
-            try:
-                sock = self._socket(target)
-                sock.send(message)
-                sent.append(target)
-                out[target.host] = "sent"
-            except OSError as exc:
-                out[target.host] = "refused" if exc.errno == errno.ECONNREFUSED else str(exc)
+        for job, shift_us, plan, start_ns in orders:
+            fields = {"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}
+            message = json.dumps(fields if start_ns is None else {**fields, "start_ns": start_ns}).encode()
+            out[job] = {}
+            for target in self._targets.get(job, ()):
+                try:
+                    sock = self._socket(target)
+                    sock.send(message)
+                    sent.append((job, target, sock))
+                    out[job][target.host] = "sent"
+                except OSError as exc:
+                    out[job][target.host] = "refused" if exc.errno == errno.ECONNREFUSED else str(exc)
         if sent:
             time.sleep(REFUSAL_WAIT_S)
-        for target in sent:
-            err = self._sockets[target].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        for job, target, sock in sent:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
-                out[target.host] = "refused" if err == errno.ECONNREFUSED else os.strerror(err)
+                out[job][target.host] = "refused" if err == errno.ECONNREFUSED else os.strerror(err)
         return out
 
     def _socket(self, target: Target) -> socket.socket:

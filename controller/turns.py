@@ -10,14 +10,14 @@ switch reports a burst's end only when other traffic comes to the port, so it is
 the starts the job's segmenter takes for iterations once it has split its silences count: before, its
 flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
 Periods are measured, not declared: a job paced by its compute and its communication has no clock
-and its period wanders with the queue, so periods that agree within their measured spread (`SAME`),
+and its period wanders with the queue, so periods that agree within their measured spread (`SAME`, turn_rules.py),
 or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two regular jobs whose
 periods differ by a few ms: on their exact common circle no shift moves any overlap away, while one
 shift keeps them apart for tens of iterations, and the checks shift again), are taken as one, their
 median, before the plan and the checks.
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
-latest start, its communication time and its period as they would be alone (a job whose latest start
+next start (below), its communication time and its period as they would be alone (a job whose latest start
 is `after` periods old has left the port, and is not planned). While k jobs send at once each gets a
 k-th of the port, so a communication that overlapped others' took longer than it needs: its time
 alone is each stretch of it over the number of jobs sending then (fluid.alone_us, the median of the
@@ -71,10 +71,12 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pcnlab.controller.fluid import Sender, alone_us, first_starts
-from pcnlab.controller.interleave import JobPhase, Plan, clearance, drift, fractions, plan
+from pcnlab.controller.interleave import JobPhase, Plan, drift, plan
+from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, cheapest, mad, repays, same_periods, stuck,
+                                         unmoved)
 
 
 @dataclass(frozen=True)
@@ -133,9 +135,6 @@ class PlanRecord:
 
 LATE = 0.9       # a plan's margin: this quantile of how much later than foreseen the port's starts came
 LATE_SAMPLES = 32
-SAME = 2.0       # periods within this many times the larger one's spread (median absolute deviation) are one
-SLIP = 0.1       # periods that slip apart by less than this share of a period over the horizon are one
-MIN_GAIN = 0.05  # a plan moves jobs only when it cuts their overlap shares (summed) by this much
 
 
 @dataclass
@@ -150,7 +149,7 @@ class _Track:
         gaps = [b - a for a, b in zip(s, s[1:]) if b > a]
         if not gaps:
             return None
-        return float(statistics.median(gaps)), _mad(gaps)
+        return float(statistics.median(gaps)), mad(gaps)
 
 
 @dataclass
@@ -161,7 +160,7 @@ class _Port:
     records: int = 0                               # plans made, moving a job or not
     anchor_starts: int = 0                         # the anchor's starts since the plan
     left_out: tuple = ()                           # fixed jobs the plan could not take
-    foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, foreseen)
+    foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, as foreseen)
     waiting: dict = field(default_factory=dict)    # job sent a slot -> from when (its slot is not foreseeable)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
 
@@ -206,13 +205,13 @@ class Turns:
         if state.anchor_starts < self.config.check_every or state.plans >= self.config.max_plans:
             return None
         state.anchor_starts = 0
-        if _stuck(state.plan):
+        if stuck(state.plan):
             return self._plan(key, state, at, "overlap left: planned again", quiet=True)
         now = self._phases(state, at[1])
         if any(j not in now for j in state.plan.jobs):
             return None
         observed = [now[j] for j in state.plan.jobs]
-        checked = drift(state.plan, same_periods(observed, state.plan.phases, self.config.horizon))
+        checked = drift(state.plan, same_periods(observed, self.config.horizon, state.plan.phases))
         return self._plan(key, state, at, checked.reason) if checked.replan else None
 
     def fix(self, job: int) -> None:
@@ -237,7 +236,7 @@ class Turns:
         ready = [j for j, t in state.tracks.items() if len(t.starts) >= self.config.after and t.comms]
         return len(ready) >= 2 and state.plans < self.config.max_plans
 
-    def _phases(self, state: _Port, at_us: int) -> dict[int, _Phase]:
+    def _phases(self, state: _Port, at_us: int) -> dict[int, MeasuredPhase]:
         """Each job's phase as it would be alone, its start the first one a shift sent now can move (the
         fluid model of the port from the jobs' latest starts, fluid.first_starts); a job whose latest
         start is `after` of its periods before `at_us` has left the port (or paused) and is not planned."""
@@ -251,27 +250,36 @@ class Turns:
             comm = float(statistics.median(alones))
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]
-            silence = float(statistics.median(silences)) if _mad(silences) <= _mad(gaps) else None
+            silence = float(statistics.median(silences)) if mad(silences) <= mad(gaps) else None
             # paced by its compute (ties too, as a steady collision gives): silence + communication alone,
             # and the spread of that (its starts' spread is the collisions': it made a 1.15 s job one with
             # two of 0.87 s, and planned them as one period, 369dbb6)
             alone = silence + comm if silence is not None else period[0]
             senders.append(Sender(job, float(track.starts[-1]), comm, alone, silence))
-            found[job] = _mad([s + a for s, a in zip(silences, alones)]) if silence is not None else period[1]
+            found[job] = mad([s + a for s, a in zip(silences, alones)]) if silence is not None else period[1]
         known = [c[:2] for t in state.tracks.values() for c in t.comms]
-        starts = first_starts(senders, at_us, known)
-        return {s.job: _Phase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
+        try:
+            starts = first_starts(senders, at_us, known)
+        except RuntimeError:                 # a moment far from the starts (a clock map gone wrong): not now
+            return {}
+        return {s.job: MeasuredPhase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
 
     def _foresee(self, state: _Port, job: int, t_us: int, idle_us: int | None, holds_us: int) -> None:
         """How much later than foreseen this start came (when it is the first the job decided from the
         moment a foresight was made for), and each job's next start foreseen from now, for those without.
         Not while a job waits for the slot a plan sent it: the model does not know it."""
         was = state.foreseen.get(job)
+        period = state.tracks[job].period_us()
         if was is not None and idle_us is not None and t_us - idle_us >= was[0]:
-            state.late.append(t_us - was[1])
+            if period and abs(t_us - was[1]) <= period[0] / 2:      # a round off is a wrong round, not lateness
+                state.late.append(t_us - was[1])
             del state.foreseen[job]
         if job in state.waiting and idle_us is not None and t_us - idle_us >= state.waiting[job]:
             del state.waiting[job]               # the start its slot held
+        for j, since in list(state.waiting.items()):      # a job that left does not hold the port's foresight
+            p = state.tracks[j].period_us()
+            if p and holds_us - since > self.config.after * p[0]:
+                del state.waiting[j]
         if state.waiting:
             return
         for j, found in self._phases(state, holds_us).items():
@@ -300,7 +308,7 @@ class Turns:
         state.left_out = tuple(p.job for p in fixed[1:])
         for p in free:
             self._owner[p.job] = key
-        if quiet and _stuck(made):
+        if quiet and stuck(made):
             return None
         state.records += 1
         moves = any(made.shifts_us[p.job] > 0 for p in free)
@@ -311,73 +319,3 @@ class Turns:
             state.waiting = {o.job: at[1] for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, at[1], margin if moves else 0.0)
-
-
-def _stuck(made: Plan) -> bool:
-    """The plan moves nobody and leaves overlap: made again at each check (see the module's note)."""
-    return not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN
-
-
-def _mad(values: list) -> float:
-    median = statistics.median(values)
-    return float(statistics.median(abs(v - median) for v in values))
-
-
-@dataclass(frozen=True)
-class _Phase:
-    phase: JobPhase
-    spread_us: float              # the period's median absolute deviation
-
-
-def same_periods(phases, planned: tuple[JobPhase, ...] = (), horizon: int = TurnConfig.horizon) -> list[JobPhase]:
-    """The phases with periods that agree within SAME times their spread, or slip apart by less than SLIP
-    of a period over `horizon` periods, taken as one (their median), and, given the phases a plan was
-    made from, a period as close to its planned one taken as that."""
-    out = [p.phase for p in phases]
-    spread = {p.phase.job: p.spread_us for p in phases}
-
-    def close(a: float, b: float, *jobs) -> bool:
-        return abs(a - b) <= max(SAME * max(spread.get(j, 0.0) for j in jobs), SLIP * min(a, b) / horizon)
-    if planned:
-        was = {p.job: p.period_us for p in planned}
-        return [replace(p, period_us=was[p.job]) if p.job in was and close(p.period_us, was[p.job], p.job) else p
-                for p in out]
-    groups: list[list[JobPhase]] = []
-    for p in sorted(out, key=lambda p: p.period_us):
-        if groups and close(p.period_us, statistics.median(q.period_us for q in groups[-1]), p.job, groups[-1][0].job):
-            groups[-1].append(p)
-        else:
-            groups.append([p])
-    one = {p.job: float(statistics.median(q.period_us for q in g)) for g in groups for p in g}
-    return [replace(p, period_us=one[p.job]) for p in out]
-
-
-def cheapest(made: Plan) -> Plan:
-    """The same arrangement with every job delayed by a common r (mod its own period) so that the delays
-    sum least: where no job is fixed, the anchor (the job seen first) may move too, and moving it a little
-    can stand for moving another nearly a period (reviewed: 770 ms for one order of two jobs, 230 for the
-    other, the same plan). r is 0 or brings one job to 0."""
-    periods = dict(zip(made.jobs, made.circle.periods_us))
-
-    def moved(r: float) -> dict:
-        return {j: (s + r) % periods[j] for j, s in made.shifts_us.items()}
-    best = min((moved(r) for r in [0.0, *((periods[j] - s) % periods[j] for j, s in made.shifts_us.items())]),
-               key=lambda shifts: sum(shifts.values()))
-    return replace(made, shifts_us=best)
-
-
-def repays(made: Plan, horizon: int, extra_us: float = 0.0) -> bool:
-    """The overlap the plan removes over `horizon` of its longest period (communication time no longer
-    shared, summed over the jobs) is more than the delays it orders (each moved job loses its shift once,
-    and `extra_us` more in all)."""
-    before = replace(made, overlap_fraction=made.before_fraction).overlap_us
-    removed = (before - made.overlap_us) / made.circle.length_us * horizon * max(made.circle.periods_us)
-    return removed > sum(made.shifts_us.values()) + extra_us      # both jobs' shared time against one's delay
-
-
-def unmoved(made: Plan) -> Plan:
-    """The plan that leaves every job where it is: no shifts, the overlap as it is."""
-    shifts = [0.0] * len(made.phases)
-    return replace(made, shifts_us={p.job: 0.0 for p in made.phases},
-                   overlap_fraction=fractions(made.phases, shifts, made.circle),
-                   clearance_us=clearance(made.phases, shifts, made.circle))

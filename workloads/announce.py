@@ -6,9 +6,10 @@ receiver no ICMP port-unreachable. The datagram's payload is JSON: {"job", "rank
 "lead_us"}. See netutil.PCN_START_DSCP.
 
 The same listener takes the other direction's messages: a time shift from the controller
-(controller/turns.py, `mode.interleave`), a datagram {"shift_us", "plan", "at_ns"} that the controller sends to
-the host's own address from inside its network namespace; `Shifts` holds it until the process's loop
-delays its next communication by it, once.
+(controller/turns.py, `mode.interleave`), a datagram {"shift_us", "plan", "at_ns", "start_ns"} that the
+controller sends to the host's own address from inside its network namespace; `Shifts` holds it until
+the process's loop delays the first communication it decides from `at_ns` on, once: until `start_ns`
+(its slot), or by `shift_us`.
 
 PyTorch's gloo owns its sockets, so a worker finds the smoothed RTT to its destination in its own
 process: the TCP sockets among its file descriptors connected to that address (`peer_srtt_us`).
@@ -71,7 +72,11 @@ class Shifts:
         self._pending: list[tuple[int, float, int | None]] = []      # (at_ns, shift_us, start_ns)
 
     def add(self, shift_us: float, at_ns: int = 0, start_ns: int | None = None) -> None:
+        """A shift holding from `at_ns`; one that names a slot replaces a slot not yet taken (a later plan's
+        slot is where the controller wants the job now)."""
         with self._lock:
+            if start_ns is not None:
+                self._pending = [s for s in self._pending if s[2] is None]
             self._pending.append((at_ns, shift_us, start_ns))
 
     def take(self, log: JsonLog | None = None, it: int | None = None, decided_ns: int | None = None,
@@ -79,7 +84,7 @@ class Shifts:
         """The delay (µs) the shifts that hold for a communication decided at `decided_ns` (None: all) and
         planned to start at `planned_ns` ask of it: a shift that names a slot, what is left to wait for
         it (when the planned start is known), else the shift; those are taken, once. Logged as applied
-        before iteration `it` when it is some."""
+        before iteration `it` when one is taken."""
         with self._lock:
             due = [s for s in self._pending if decided_ns is None or s[0] <= decided_ns]
             self._pending = [s for s in self._pending if s not in due]
@@ -88,7 +93,7 @@ class Shifts:
             if start_ns is not None and planned_ns is not None:
                 us = max(0.0, (start_ns - planned_ns) / 1e3 - shift_us)
             shift_us += us
-        if shift_us > 0 and log is not None:
+        if due and log is not None:          # a slot already past is taken too, with no wait
             log.write("shift", direction="applied", iter=it, shift_us=round(shift_us))
         return shift_us
 

@@ -64,7 +64,8 @@ def worker_shifts(cfg: BurstConfig, log: JsonLog, own_addr: str) -> Shifts:
 
 class Pacer:
     """When each burst starts: period, compute gap and jitter; announcements one lead ahead. A shift
-    from the controller (`shifts`) delays the next start once, and with a period every later one."""
+    from the controller (`shifts`) delays the next start once (to its slot), and with a period the clock
+    moves by that wait, so every later one."""
 
     def __init__(self, cfg: BurstConfig, shifts: Shifts | None = None, log: JsonLog | None = None):
         self.cfg = cfg

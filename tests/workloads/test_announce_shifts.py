@@ -67,3 +67,10 @@ def test_the_listener_takes_a_slot_only_where_it_is_a_time_after_its_moment(tmp_
     log.close()
     assert shifts._pending == [(1_000, 100.0, 501_000)]
     assert shifts.take(decided_ns=2_000, planned_ns=301_000) == 200.0
+
+
+def test_a_later_plans_slot_replaces_one_not_yet_taken():
+    shifts = Shifts()
+    shifts.add(300.0, at_ns=1_000, start_ns=900_000)
+    shifts.add(100.0, at_ns=2_000, start_ns=700_000)
+    assert shifts.take(decided_ns=3_000, planned_ns=500_000) == 200.0

@@ -1,0 +1,89 @@
+"""The rules a port's plan follows beyond the interleaving core (interleave.py), for turns.py: which
+measured periods are taken as one (`same_periods`), the cheapest common delay where no job is fixed
+(`cheapest`), whether a plan's delays repay the overlap it removes (`repays`), the plan that moves
+nobody (`unmoved`), and when such a plan is made again (`stuck`). Pure; the reasons for each are in
+turns.py's note."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from pcnlab.controller.interleave import JobPhase, Plan, clearance, fractions
+
+SAME = 2.0       # periods within this many times the larger one's spread (median absolute deviation) are one
+SLIP = 0.1       # periods that slip apart by less than this share of a period over the horizon are one
+MIN_GAIN = 0.05  # a plan moves jobs only when it cuts their overlap shares (summed) by this much
+
+
+def stuck(made: Plan) -> bool:
+    """The plan moves nobody and leaves overlap: made again at each check (turns.py's note)."""
+    return not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN
+
+
+def mad(values: list) -> float:
+    """The median absolute deviation from the median."""
+    median = statistics.median(values)
+    return float(statistics.median(abs(v - median) for v in values))
+
+
+@dataclass(frozen=True)
+class MeasuredPhase:
+    """A job's phase as measured at a port, and how far its period may be trusted."""
+
+    phase: JobPhase
+    spread_us: float              # the period's median absolute deviation
+
+
+def same_periods(phases, horizon: int, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
+    """The phases with periods that agree within SAME times their spread, or slip apart by less than SLIP
+    of a period over `horizon` periods, taken as one (their median), and, given the phases a plan was
+    made from, a period as close to its planned one taken as that."""
+    out = [p.phase for p in phases]
+    spread = {p.phase.job: p.spread_us for p in phases}
+
+    def close(a: float, b: float, *jobs) -> bool:
+        return abs(a - b) <= max(SAME * max(spread.get(j, 0.0) for j in jobs), SLIP * min(a, b) / horizon)
+    if planned:
+        was = {p.job: p.period_us for p in planned}
+        return [replace(p, period_us=was[p.job]) if p.job in was and close(p.period_us, was[p.job], p.job) else p
+                for p in out]
+    groups: list[list[JobPhase]] = []
+    for p in sorted(out, key=lambda p: p.period_us):
+        if groups and close(p.period_us, statistics.median(q.period_us for q in groups[-1]), p.job, groups[-1][0].job):
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    one = {p.job: float(statistics.median(q.period_us for q in g)) for g in groups for p in g}
+    return [replace(p, period_us=one[p.job]) for p in out]
+
+
+def cheapest(made: Plan) -> Plan:
+    """The same arrangement with every job delayed by a common r (mod its own period) so that the delays
+    sum least: where no job is fixed, the anchor (the job seen first) may move too, and moving it a little
+    can stand for moving another nearly a period (reviewed: 770 ms for one order of two jobs, 230 for the
+    other, the same plan). r is 0 or brings one job to 0."""
+    periods = dict(zip(made.jobs, made.circle.periods_us))
+
+    def moved(r: float) -> dict:
+        return {j: (s + r) % periods[j] for j, s in made.shifts_us.items()}
+    best = min((moved(r) for r in [0.0, *((periods[j] - s) % periods[j] for j, s in made.shifts_us.items())]),
+               key=lambda shifts: sum(shifts.values()))
+    return replace(made, shifts_us=best)
+
+
+def repays(made: Plan, horizon: int, extra_us: float = 0.0) -> bool:
+    """The overlap the plan removes over `horizon` of its longest period (communication time no longer
+    shared, summed over the jobs) is more than the delays it orders (each moved job loses its shift once,
+    and `extra_us` more in all)."""
+    before = replace(made, overlap_fraction=made.before_fraction).overlap_us
+    removed = (before - made.overlap_us) / made.circle.length_us * horizon * max(made.circle.periods_us)
+    return removed > sum(made.shifts_us.values()) + extra_us      # both jobs' shared time against one's delay
+
+
+def unmoved(made: Plan) -> Plan:
+    """The plan that leaves every job where it is: no shifts, the overlap as it is."""
+    shifts = [0.0] * len(made.phases)
+    return replace(made, shifts_us={p.job: 0.0 for p in made.phases},
+                   overlap_fraction=fractions(made.phases, shifts, made.circle),
+                   clearance_us=clearance(made.phases, shifts, made.circle))

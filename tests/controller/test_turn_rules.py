@@ -1,0 +1,30 @@
+"""The rules a port's plan follows beyond the interleaving core (controller/turn_rules.py)."""
+
+from __future__ import annotations
+
+from pcnlab.controller.interleave import JobPhase, plan
+from pcnlab.controller.turn_rules import MeasuredPhase, cheapest, repays, same_periods, stuck, unmoved
+
+MS = 1000
+
+
+def test_periods_within_their_spread_or_their_slip_are_one_and_others_stay_apart():
+    near = [MeasuredPhase(JobPhase(1, 940 * MS, 400 * MS), 10 * MS), MeasuredPhase(JobPhase(2, 960 * MS, 400 * MS), 12 * MS)]
+    assert {p.period_us for p in same_periods(near, horizon=10)} == {950 * MS}
+    exact = [MeasuredPhase(JobPhase(1, 940 * MS, 400 * MS), 0), MeasuredPhase(JobPhase(2, 946 * MS, 400 * MS), 0)]
+    assert {p.period_us for p in same_periods(exact, horizon=10)} == {943 * MS}      # 6 ms < a tenth of 940 / 10
+    far = [MeasuredPhase(JobPhase(1, 850 * MS, 250 * MS), 5 * MS), MeasuredPhase(JobPhase(2, 1150 * MS, 250 * MS), 5 * MS)]
+    assert [p.period_us for p in same_periods(far, horizon=10)] == [850 * MS, 1150 * MS]
+    planned = (JobPhase(1, 950 * MS, 400 * MS),)
+    again = [MeasuredPhase(JobPhase(1, 955 * MS, 400 * MS), 10 * MS)]
+    assert same_periods(again, 10, planned)[0].period_us == 950 * MS             # as close to its planned one
+
+
+def test_the_cheapest_common_delay_and_whether_a_plan_repays_it():
+    made = plan([JobPhase(1, 1000 * MS, 350 * MS, 0), JobPhase(2, 1000 * MS, 350 * MS, 700 * MS)])
+    cheap = cheapest(made)
+    assert sum(cheap.shifts_us.values()) <= sum(made.shifts_us.values())
+    assert repays(cheap, horizon=10) and not repays(cheap, horizon=10, extra_us=10_000 * MS)
+    still = unmoved(made)
+    assert still.shifts_us == {1: 0.0, 2: 0.0} and still.overlap_fraction == made.before_fraction
+    assert stuck(still) and not stuck(made)
