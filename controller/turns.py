@@ -251,12 +251,14 @@ class Turns:
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]
             silence = float(statistics.median(silences)) if mad(silences) <= mad(gaps) else None
-            # paced by its compute (ties too, as a steady collision gives): silence + communication alone,
-            # and the spread of that (its starts' spread is the collisions': it made a 1.15 s job one with
-            # two of 0.87 s, and planned them as one period, 369dbb6)
+            # paced by its compute (ties too, as a steady collision gives): silence + communication alone.
+            # Its period's spread stays its starts' (the collisions'). Taken from its time alone instead,
+            # two identical jobs (940.6, 940.9 ms alone) read at 933 and 960, 937 and 961 ms (the model's
+            # bias, not noise) stayed two periods, and their first plans moved nobody (76146d5); the cost:
+            # a 1.15 s job colliding with two of 0.87 s is taken for one of them (14f4d4f)
             alone = silence + comm if silence is not None else period[0]
             senders.append(Sender(job, float(track.starts[-1]), comm, alone, silence))
-            found[job] = mad([s + a for s, a in zip(silences, alones)]) if silence is not None else period[1]
+            found[job] = period[1]
         known = [c[:2] for t in state.tracks.values() for c in t.comms]
         try:
             starts = first_starts(senders, at_us, known)
