@@ -128,17 +128,18 @@ def comm_times_ms(workers: pd.DataFrame) -> dict[str, list[float]]:
 
 
 def interference_metrics(table: pd.DataFrame, jobs: dict[int, dict], workers: pd.DataFrame,
-                         port: tuple[str, int] | None) -> dict:
+                         port: tuple[str, int] | None, port_host: str | None = None) -> dict:
     """metrics.json `interference`: per job (by name) its figures at the shared port (`job_figures`, over the
     iterations its workers' logs close: `closed_by_logs`; `left_out`: the others), and the share of all
     the jobs' communication time there that overlapped another job's. A job that logs nothing (an
     unmodified script) has no iteration of its own closed there, but what the others overlapped includes
-    its communication as the network found it (`found_in_network`)."""
+    its communication as the network found it (`found_in_network`; `port_host`: the host at the port's
+    far end, whose ranks' sends leave it and never cross the port)."""
     out: dict = {"port": {"switch": port[0], "port": port[1]} if port else None, "jobs": {}, "overlap_fraction": None}
     gaps, comm = start_gaps_ms(workers), comm_times_ms(workers)
     closed = closed_by_logs(table, workers, jobs)
     kept = table[closed]
-    kept = kept.assign(overlap_us=overlap_us(kept, pd.concat([kept, found_in_network(table, workers, jobs)])))
+    kept = kept.assign(overlap_us=overlap_us(kept, pd.concat([kept, found_in_network(table, workers, jobs, port_host)])))
     for job_id, job in sorted(jobs.items()):
         name = job["name"]
         rows = kept[kept["job"] == int(job_id)]
@@ -151,15 +152,19 @@ def interference_metrics(table: pd.DataFrame, jobs: dict[int, dict], workers: pd
     return out
 
 
-def found_in_network(table: pd.DataFrame, workers: pd.DataFrame, jobs: dict[int, dict]) -> pd.DataFrame:
+def found_in_network(table: pd.DataFrame, workers: pd.DataFrame, jobs: dict[int, dict],
+                     away: str | None = None) -> pd.DataFrame:
     """The communication of the jobs whose iterations were found in the network (`source` network: no log of
     their own) as rows like the table's, in the switch's clock: its rows there run from an iteration's first
     packet to the next one's first small messages, its compute silence inside them (a DDP script's gloo
-    sends 48-byte messages 660 ms after its gradients: docs/results.md), where the finder's ends do not."""
+    sends 48-byte messages 660 ms after its gradients: docs/results.md), where the finder's ends do not.
+    A rank on host `away` (the port's far end) is left out: its sends go away from the port."""
     if table.empty or workers.empty or "source" not in workers:
         return table.iloc[0:0]
     ids = {j["name"]: int(jid) for jid, j in jobs.items()}
     found = workers[(workers["source"] == "network") & workers["job"].isin(ids)].dropna(subset=["comm_start_ns", "comm_end_ns"])
+    if away is not None and "host" in found:
+        found = found[found["host"] != away]
     offset_us = float(np.median(table["first_in_ns"].astype(float) / 1000 - table["first_in_us"].astype(float)))
     return pd.DataFrame({"job": found["job"].map(ids).to_numpy(),
                          "first_in_us": found["comm_start_ns"].to_numpy(dtype=float) / 1000 - offset_us,

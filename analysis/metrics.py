@@ -272,7 +272,8 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         out["telemetry"] = {"records": sum(s["records"] for s in summaries), "lost": sum(s["lost"] for s in summaries)}
     if len(run.jobs) > 1 or config.get("alone"):
         workers = run.iterations[run.iterations["role"] == "worker"] if not run.iterations.empty else run.iterations
-        out["interference"] = interference_metrics(table, run.jobs, workers, neck)
+        ports = ((run.network.get("switches") or {}).get(neck[0]) or {}).get("ports") or {} if neck else {}
+        out["interference"] = interference_metrics(table, run.jobs, workers, neck, ports.get(str(neck[1])) if neck else None)
     if (config.get("mode") or {}).get("interleave"):
         out["interleave"] = interleave_metrics(run.events, run.jobs)
     out["training"] = training_metrics(run)

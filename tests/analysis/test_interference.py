@@ -75,6 +75,13 @@ def test_a_job_that_logs_nothing_is_what_the_others_overlapped_as_the_network_fo
     out = interference_metrics(t, {1: JOBS[1], 2: {"name": "ddp", "kind": "torchrun"}}, logs, ("s1", 1))
     assert out["jobs"]["a"]["overlap_fraction"] == pytest.approx(40 / 200)
     assert out["jobs"]["a"]["overlapped_iterations"] == 1 and out["jobs"]["ddp"]["left_out"] == 2
+    # The script's other rank, on h9 at the port's far end, sent over 0-100 ms: away from the port, so
+    # a's first iteration did not meet it there; counted, it would have (140 of a's 200 ms).
+    far = pd.concat([logs, workers([("ddp", "h9", 0, 0, 100)]).assign(source="network")])
+    jobs = {1: JOBS[1], 2: {"name": "ddp", "kind": "torchrun"}}
+    assert interference_metrics(t, jobs, far, ("s1", 1), port_host="h9")["jobs"]["a"]["overlap_fraction"] \
+        == pytest.approx(40 / 200)
+    assert interference_metrics(t, jobs, far, ("s1", 1))["jobs"]["a"]["overlap_fraction"] == pytest.approx(140 / 200)
 
 
 def test_iteration_times_count_from_communication_starts():
