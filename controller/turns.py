@@ -10,11 +10,11 @@ switch reports a burst's end only when other traffic comes to the port, so it is
 the starts the job's segmenter takes for iterations once it has split its silences count: before, its
 flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
 Periods are measured, not declared: a job paced by its compute and its communication has no clock
-and its period wanders with the queue, so periods that agree within their measured spread (`SAME`, turn_rules.py),
-or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two regular jobs whose
-periods differ by a few ms: on their exact common circle no shift moves any overlap away, while one
-shift keeps them apart for tens of iterations, and the checks shift again), are taken as one, their
-median, before the plan and the checks.
+and its period wanders with the queue, so periods that agree within their measured spread (`SAME`,
+turn_rules.py), or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two
+regular jobs whose periods differ by a few ms: on their exact common circle no shift moves any overlap
+away, while one shift keeps them apart for tens of iterations, and the checks shift again), are taken
+as one, their median, before the plan and the checks.
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
 next start (below), its communication time and its period as they would be alone (a job whose latest start
@@ -49,8 +49,9 @@ fluid: over 3,907 starts of 14 runs without interleaving the model foresaw them 
 60-150 ms late (10th and 90th percentiles), and with shifts alone three jobs were planned 4-5 times and
 stayed 77-78 % overlapped (369dbb6). A job that comes early waits for its slot; one that comes late
 misses it by as much, so every slot is the margin later: the 90th percentile of how much later than
-foreseen this port's starts came (each start against what the model foresaw for it, `_foresee`).
-Beside a fixed job (its start is not ours to set) there is no margin.
+foreseen this port's starts came (each start against what the model foresaw for it, `_foresee`; a
+foresight a round off is a wrong round, not lateness, and none is made while a job waits for its
+slot). Beside a fixed job (its start is not ours to set) there is no margin.
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance or a period
