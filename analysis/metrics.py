@@ -20,7 +20,7 @@ from pcnlab.controller.segments import iteration_gap_us
 from pcnlab.analysis import iterations as it
 from pcnlab.analysis import traffic_stats as m
 from pcnlab.analysis.interference import interference_metrics, interleave_metrics
-from pcnlab.analysis.network_iterations import NETWORK, printed_iterations
+from pcnlab.analysis.network_iterations import NETWORK, port_peer, printed_iterations
 from pcnlab.files import write_json
 from pcnlab.analysis.results import RunData, load_run, on_port
 from pcnlab.rates import rate_mbps
@@ -272,8 +272,8 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         out["telemetry"] = {"records": sum(s["records"] for s in summaries), "lost": sum(s["lost"] for s in summaries)}
     if len(run.jobs) > 1 or config.get("alone"):
         workers = run.iterations[run.iterations["role"] == "worker"] if not run.iterations.empty else run.iterations
-        ports = ((run.network.get("switches") or {}).get(neck[0]) or {}).get("ports") or {} if neck else {}
-        out["interference"] = interference_metrics(table, run.jobs, workers, neck, ports.get(str(neck[1])) if neck else None)
+        far = port_peer(run.network, *neck) if neck else None
+        out["interference"] = interference_metrics(table, run.jobs, workers, neck, far)
     if (config.get("mode") or {}).get("interleave"):
         out["interleave"] = interleave_metrics(run.events, run.jobs)
     out["training"] = training_metrics(run)

@@ -35,6 +35,11 @@ def attached_switch(network: dict) -> dict[str, str]:
             for host in (info.get("ports") or {}).values()}
 
 
+def port_peer(network: dict, switch: str, port: int) -> str | None:
+    """The node at the far end of a switch's port (network.json), None where it is not known."""
+    return ((network.get("switches") or {}).get(switch) or {}).get("ports", {}).get(str(port))
+
+
 def network_iterations(queue: pd.DataFrame, network: dict, job_id: int, job: dict) -> pd.DataFrame:
     """One iteration row per (iteration, rank that sent in it), ranks in the order of the job's workers."""
     if queue.empty or "src" not in queue:

@@ -111,18 +111,18 @@ class PlanRecord:
     port: int
     number: int
     at_us: int
+    holds_us: int                     # its shifts move the starts decided from then on
     reason: str
     plan: Plan
     fixed: tuple = ()
     left_out: tuple = ()
     orders: tuple[ShiftOrder, ...] = ()
-    holds_us: int | None = None       # its shifts move the starts decided from then on (None: at_us)
     margin_us: float = 0.0            # every moved job's slot this much later than planned (see _plan)
 
     def fields(self) -> dict:
         p = self.plan
         return {"switch": self.switch, "port": self.port, "plan": self.number, "t_us": self.at_us,
-                "holds_us": self.at_us if self.holds_us is None else self.holds_us,
+                "holds_us": self.holds_us,
                 "reason": self.reason, "jobs": list(p.jobs), "fixed": list(self.fixed), "left_out": list(self.left_out),
                 "shifts_us": {str(j): round(s) for j, s in p.shifts_us.items()},
                 "period_us": {str(ph.job): round(ph.period_us) for ph in p.phases},
@@ -194,12 +194,13 @@ class Turns:
         if track.starts and idle_us is not None and t_us - idle_us > track.starts[-1]:
             track.comms.append((track.starts[-1], t_us - idle_us, t_us))
         track.starts.append(t_us)
-        self._foresee(state, job, t_us, idle_us, at[1])
+        now = self._phases(state, at[1])      # the port as it is now: for the foresight, a plan and a check
+        self._foresee(state, job, t_us, idle_us, at[1], now)
         if state.plan is None:
-            return self._plan(key, state, at, "first plan") if self._ready(state) else None
+            return self._plan(key, state, at, now, "first plan") if self._ready(state) else None
         if job not in state.plan.jobs and job not in state.left_out:
             came = len(track.starts) >= self.config.after and track.comms and state.plans < self.config.max_plans
-            return self._plan(key, state, at, f"job {job} came") if came else None
+            return self._plan(key, state, at, now, f"job {job} came") if came else None
         if job != state.plan.jobs[0]:
             return None
         state.anchor_starts += 1
@@ -207,13 +208,12 @@ class Turns:
             return None
         state.anchor_starts = 0
         if stuck(state.plan):
-            return self._plan(key, state, at, "overlap left: planned again", quiet=True)
-        now = self._phases(state, at[1])
+            return self._plan(key, state, at, now, "overlap left: planned again", quiet=True)
         if any(j not in now for j in state.plan.jobs):
             return None
         observed = [now[j] for j in state.plan.jobs]
         checked = drift(state.plan, same_periods(observed, self.config.horizon, state.plan.phases))
-        return self._plan(key, state, at, checked.reason) if checked.replan else None
+        return self._plan(key, state, at, now, checked.reason) if checked.replan else None
 
     def fix(self, job: int) -> None:
         """`job` cannot be shifted (its hosts refused the channel): fixed at every port from now, and the
@@ -267,10 +267,12 @@ class Turns:
             return {}
         return {s.job: MeasuredPhase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
 
-    def _foresee(self, state: _Port, job: int, t_us: int, idle_us: int | None, holds_us: int) -> None:
+    def _foresee(self, state: _Port, job: int, t_us: int, idle_us: int | None, holds_us: int,
+                 now: dict[int, MeasuredPhase]) -> None:
         """How much later than foreseen this start came (when it is the first the job decided from the
-        moment a foresight was made for), and each job's next start foreseen from now, for those without.
-        Not while a job waits for the slot a plan sent it: the model does not know it."""
+        moment a foresight was made for), and each job's next start foreseen from `now` (the port's phases
+        at `holds_us`), for those without. Not while a job waits for the slot a plan sent it: the model
+        does not know it."""
         was = state.foreseen.get(job)
         period = state.tracks[job].period_us()
         if was is not None and idle_us is not None and t_us - idle_us >= was[0]:
@@ -285,15 +287,15 @@ class Turns:
                 del state.waiting[j]
         if state.waiting:
             return
-        for j, found in self._phases(state, holds_us).items():
+        for j, found in now.items():
             state.foreseen.setdefault(j, (holds_us, found.phase.start_us))
 
-    def _plan(self, key: tuple[str, int], state: _Port, at: tuple[int, int], reason: str,
-              quiet: bool = False) -> PlanRecord | None:
-        """The port's plan from the phases as they are now (`at`: the report's time, and the moment its shifts
-        hold from), and its record (`quiet`: none for a plan that moves nobody and leaves overlap, as the
-        last did: its estimates are kept, the log is not filled)."""
-        phases = same_periods(list(self._phases(state, at[1]).values()), horizon=self.config.horizon)
+    def _plan(self, key: tuple[str, int], state: _Port, at: tuple[int, int], now: dict[int, MeasuredPhase],
+              reason: str, quiet: bool = False) -> PlanRecord | None:
+        """The port's plan from its phases as they are `now` (`at`: the report's time, and the moment its
+        shifts hold from), and its record (`quiet`: none for a plan that moves nobody and leaves overlap,
+        as the last did: its estimates are kept, the log is not filled)."""
+        phases = same_periods(list(now.values()), horizon=self.config.horizon)
         fixed = [p for p in phases if p.job in self._fixed or self._owner.get(p.job, key) != key]
         free = [p for p in phases if p not in fixed]
         if not free or len(phases) < 2:
@@ -320,5 +322,5 @@ class Turns:
         if orders:               # what was foreseen without the slots no longer holds
             state.foreseen.clear()
             state.waiting = {o.job: at[1] for o in orders}
-        return PlanRecord(key[0], key[1], state.records, at[0], reason, made, tuple(p.job for p in fixed[:1]),
-                          state.left_out, orders, at[1], margin if moves else 0.0)
+        return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
+                          state.left_out, orders, margin if moves else 0.0)
