@@ -213,8 +213,14 @@ class Plan:
     @property
     def overlap_us(self) -> float:
         """Communication time per circle that overlaps another job's, summed over the jobs."""
-        return sum(f * _comm_per_circle(p, self.circle, i)
-                   for i, (p, f) in enumerate(zip(self.phases, self.overlap_fraction.values())))
+        return self.shared_us()
+
+    def shared_us(self, jobs=None, before: bool = False) -> float:
+        """Communication time per circle that overlaps another job's, summed over `jobs` (None: all), after
+        the shifts (`before`: without them)."""
+        shares = self.before_fraction if before else self.overlap_fraction
+        return sum(shares[p.job] * _comm_per_circle(p, self.circle, i)
+                   for i, p in enumerate(self.phases) if jobs is None or p.job in jobs)
 
 
 def _comm_per_circle(p: JobPhase, circle: Circle, i: int) -> float:

@@ -72,13 +72,15 @@ def cheapest(made: Plan) -> Plan:
     return replace(made, shifts_us=best)
 
 
-def repays(made: Plan, horizon: int, extra_us: float = 0.0) -> bool:
+def repays(made: Plan, horizon: int, extra_us: float = 0.0, paying=None) -> bool:
     """The overlap the plan removes over `horizon` of its longest period (communication time no longer
-    shared, summed over the jobs) is more than the delays it orders (each moved job loses its shift once,
-    and `extra_us` more in all)."""
-    before = replace(made, overlap_fraction=made.before_fraction).overlap_us
-    removed = (before - made.overlap_us) / made.circle.length_us * horizon * max(made.circle.periods_us)
-    return removed > sum(made.shifts_us.values()) + extra_us      # both jobs' shared time against one's delay
+    shared, summed over the jobs in `paying`, None: all) is more than the delays it orders (each moved job
+    loses its shift once, and `extra_us` more in all). Two jobs whose communications overlap by x are each
+    stretched by x (fluid sharing: each sends at half rate while both do), so a job's overlap is what it
+    loses each period."""
+    removed = made.shared_us(paying, before=True) - made.shared_us(paying)
+    removed *= horizon * max(made.circle.periods_us) / made.circle.length_us
+    return removed > sum(made.shifts_us.values()) + extra_us
 
 
 def unmoved(made: Plan) -> Plan:

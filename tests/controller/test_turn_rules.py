@@ -28,3 +28,13 @@ def test_the_cheapest_common_delay_and_whether_a_plan_repays_it():
     still = unmoved(made)
     assert still.shifts_us == {1: 0.0, 2: 0.0} and still.overlap_fraction == made.before_fraction
     assert stuck(still) and not stuck(made)
+
+
+def test_only_the_paying_jobs_overlap_repays_the_delays():
+    # Job 1 anchors at 0 (250 ms), job 2 (350 ms) starts 300 ms before it: 50 ms of each one's
+    # communication overlap the other's a period; clearing them delays job 2 by most of a period.
+    made = plan([JobPhase(1, 1000 * MS, 250 * MS, 0), JobPhase(2, 1000 * MS, 350 * MS, 700 * MS)])
+    assert made.shared_us(before=True) == 100 * MS and made.shared_us([2], before=True) == 50 * MS
+    assert made.overlap_us == 0.0 and 650 * MS <= made.shifts_us[2] < 1000 * MS
+    assert repays(made, horizon=14) and not repays(made, horizon=14, paying=[2])
+    assert repays(made, horizon=20, paying=[2])

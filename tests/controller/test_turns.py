@@ -151,9 +151,10 @@ def test_jobs_already_apart_are_recorded_where_they_are_and_sent_nothing():
 
 def test_a_small_overlap_that_only_nearly_a_period_of_delay_would_remove_is_left():
     # Job 1 is fixed (no channel); job 2 starts 300 ms before it and its last 50 ms meet job 1's first: the
-    # only delay that clears them is most of a period (it cannot start earlier). 2 x 50 ms of overlap a
-    # period do not repay 750 ms over 5 periods, and do over 10.
-    for horizon, sent in ((5, False), (10, True)):
+    # only delay that clears them is most of a period (it cannot start earlier). Job 2's own 50 ms of
+    # overlap a period (job 1's gain does not pay for job 2's delay) do not repay 750 ms over 10 periods,
+    # and do over 20; counting job 1's 50 ms too, 10 periods would have repaid it.
+    for horizon, sent in ((10, False), (20, True)):
         turns = Turns(TurnConfig(after=4, check_every=3, horizon=horizon))
         turns.fix(1)
         plans = feed(turns, {1: (1000, 250, 300), 2: (1000, 350, 0)}, 8)
