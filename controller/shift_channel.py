@@ -12,7 +12,8 @@ host's namespace listens in the same one.
 
 The datagram's socket is connected, so a host where nothing listens answers with ICMP port
 unreachable, which the socket reports (ECONNREFUSED) on the next look: that job has no channel (an
-unmodified script) and is named. Python's os module has no setns before 3.12, hence ctypes; nothing in
+unmodified script) and is named. Each job is probed once as its iterations are first told apart at a
+port (`probe`), so a plan is made knowing which jobs it cannot move. Python's os module has no setns before 3.12, hence ctypes; nothing in
 the field's libraries does this for a socket (pyroute2's netns moves a process's whole thread set).
 """
 
@@ -91,11 +92,22 @@ class ShiftChannel:
         """A plan's shifts, each (job, shift_us, plan, start_ns or None), holding from `at_ns`: every
         datagram goes out before one wait for refusals, so the last leaves as soon as the first. Per job,
         per host as `send` says."""
-        out: dict[int, dict[str, str]] = {}
-        sent = []
+        messages = {}
         for job, shift_us, plan, start_ns in orders:
             fields = {"shift_us": round(shift_us), "plan": plan, "at_ns": at_ns}
-            message = json.dumps(fields if start_ns is None else {**fields, "start_ns": start_ns}).encode()
+            messages[job] = json.dumps(fields if start_ns is None else {**fields, "start_ns": start_ns}).encode()
+        return self._send(messages)
+
+    def probe(self, job: int) -> dict[str, str]:
+        """Whether `job`'s processes listen, before any plan counts on it: a datagram {"probe": 1} that
+        their listeners absorb; per host as `send` says. Blocks about REFUSAL_WAIT_S."""
+        return self._send({job: json.dumps({"probe": 1}).encode()})[job]
+
+    def _send(self, messages: dict[int, bytes]) -> dict[int, dict[str, str]]:
+        """Each job's message to each of its processes, then one wait for refusals."""
+        out: dict[int, dict[str, str]] = {}
+        sent = []
+        for job, message in messages.items():
             out[job] = {}
             for target in self._targets.get(job, ()):
                 try:

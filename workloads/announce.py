@@ -9,7 +9,8 @@ The same listener takes the other direction's messages: a time shift from the co
 (controller/turns.py, `mode.interleave`), a datagram {"shift_us", "plan", "at_ns", "start_ns"} that the
 controller sends to the host's own address from inside its network namespace; `Shifts` holds it until
 the process's loop delays the first communication it decides from `at_ns` on, once: until `start_ns`
-(its slot), or by `shift_us`.
+(its slot), or by `shift_us`. A datagram {"probe": 1} (the controller asking whether the job listens,
+before its first plan) is absorbed.
 
 PyTorch's gloo owns its sockets, so a worker finds the smoothed RTT to its destination in its own
 process: the TCP sockets among its file descriptors connected to that address (`peer_srtt_us`).
@@ -122,6 +123,8 @@ def start_listener(log: JsonLog, bind_addr: str, port: int, shifts: Shifts | Non
                 info = {}
             if not isinstance(info, dict):
                 info = {}
+            if info.get("probe") == 1:           # the controller asking whether anyone listens: absorbed
+                continue
             shift, at_ns, start_ns = info.get("shift_us"), info.get("at_ns", 0), info.get("start_ns")
             slot_ok = start_ns is None or (_number(start_ns) and _number(at_ns) and 0 <= start_ns - at_ns < 1e12)
             if _number(shift) and 0 <= shift < 1e9 and _number(at_ns) and slot_ok:      # a slot within 1,000 s

@@ -2,7 +2,8 @@
 process there listening on the job's port (workloads/announce.py, as every worker does) takes the
 shift and its loop applies it once, to a communication decided from the moment the shift holds (one
 moment for every job of a plan); a namespace where nothing listens refuses it, which the channel
-reports, so the job is named and left where it is."""
+reports, so the job is named and left where it is; a probe, sent before any plan, finds which is which
+and is absorbed."""
 
 from __future__ import annotations
 
@@ -53,11 +54,13 @@ def test_a_listening_process_takes_its_shift_once_and_a_silent_namespace_refuses
         time.sleep(0.2)   # the silent one's namespace is set up
         channel.add_job(1, [Target("hx", listener.pid, "10.9.9.9", PORT)])
         channel.add_job(2, [Target("hy", silent.pid, "10.9.9.9", PORT)])
+        assert channel.probe(1) == {"hx": "sent"} and channel.probe(2) == {"hy": "refused"}   # before any plan
         at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)
         assert channel.send(1, 1234.4, plan=1, at_ns=at_ns) == {"hx": "sent"}
         assert channel.send(2, 500, plan=1) == {"hy": "refused"}
         out, err = listener.communicate(timeout=15)
         assert out.split() == ["taken", "1234.0", "0.0"], err      # µs, whole; once: none left after
+        assert '"announce"' not in log.read_text()                     # the probe was absorbed, not logged
         lines = [line for line in log.read_text().splitlines() if '"shift"' in line]
         assert '"direction":"received","shift_us":1234,"plan":1' in lines[0]
         received = json.loads(lines[0])

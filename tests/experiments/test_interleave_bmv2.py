@@ -43,6 +43,9 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     events = read_json_lines(run / "events.jsonl")[1]
     plans = [e for e in events if e["type"] == "interleave_plan"]
     assert plans and sorted(plans[0]["jobs"]) == [1, 2], plans
+    probes = {e["job"]: e["hosts"] for e in events if e["type"] == "interleave_probe"}    # asked before any plan
+    assert probes == {1: {"h2": "sent", "h3": "sent"}, 2: {"h4": "sent", "h5": "sent"}}, probes
+    assert max(e["host_ns"] for e in events if e["type"] == "interleave_probe") < plans[0]["host_ns"]
     first = plans[0]
     assert (first["switch"], first["port"]) == ("s1", 1)
     # At the shared port: each iteration's communication overlapping the other job's.
