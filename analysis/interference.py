@@ -175,7 +175,8 @@ def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
     """metrics.json `interleave` (`mode.interleave`, controller/turns.py), from the controller's events:
     each plan (when in the switch's clock, and from when its shifts hold; why, its shifts by job name, the overlap it predicted before
     and after), each shift sent (to how many of the job's hosts, and which refused), and the jobs left
-    where they were because none of their processes listens."""
+    where they were because none of their processes listens, and those no longer shifted because their
+    processes ended (they had answered the controller's probe)."""
     name = {str(jid): j["name"] for jid, j in jobs.items()}
 
     def named(d) -> dict:
@@ -190,5 +191,6 @@ def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
                "hosts": len(r["hosts"] or {}), "sent": sum(v == "sent" for v in (r["hosts"] or {}).values()),
                "refused": sorted(h for h, v in (r["hosts"] or {}).items() if v != "sent")}
               for r in rows if r["type"] == "shift"]
-    skipped = sorted({name.get(str(int(r["job"])), str(r["job"])) for r in rows if r["type"] == "interleave_skip"})
-    return {"plans": plans, "shifts": shifts, "left_alone": skipped}
+    def jobs_of(kind: str) -> list:
+        return sorted({name.get(str(int(r["job"])), str(r["job"])) for r in rows if r["type"] == kind})
+    return {"plans": plans, "shifts": shifts, "left_alone": jobs_of("interleave_skip"), "ended": jobs_of("interleave_ended")}

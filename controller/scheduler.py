@@ -47,6 +47,7 @@ class PcnScheduler:
         self.channel = channel
         self.turns = Turns() if channel is not None else None
         self._probed: set[int] = set()                 # jobs asked whether they listen for shifts
+        self._heard: set[int] = set()                  # and those a process of which answered
         self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
         self.gaps = LearnedGaps()   # G written into the switches for jobs that leave it out
         self.clocks = {name: ClockEstimator() for name in controller.endpoints}
@@ -192,14 +193,24 @@ class PcnScheduler:
         others their slots too, a margin later, and they waited for them (a generator job beside an
         unmodified script: 242 ms, into a collision the next plan then moved it 640 ms out of; 2a57e64)."""
         hosts = await asyncio.to_thread(self.channel.probe, job)
+        if not hosts:                        # its processes are not registered yet: asked at its next start
+            self._probed.discard(job)
+            return
         self.events.write("interleave_probe", job=job, hosts=hosts)
-        if not any(v == "sent" for v in hosts.values()):      # none listens, or no process registered
+        if any(v == "sent" for v in hosts.values()):
+            self._heard.add(job)
+        else:
             self._fix(job)
 
     def _fix(self, job: int) -> None:
+        """`job` is not shifted from now on: none of its processes listens (an unmodified script, or none
+        registered), or, if one answered its probe, they have all ended (the job finished)."""
         self.turns.fix(job)
-        self.events.write("interleave_skip", job=job, reason="no process of the job listens for "
-                          "shifts (an unmodified script, or no sender registered): left where it is")
+        if job in self._heard:
+            self.events.write("interleave_ended", job=job, reason="its processes no longer listen: the job ended")
+        else:
+            self.events.write("interleave_skip", job=job, reason="no process of the job listens for "
+                              "shifts (an unmodified script, or no sender registered): left where it is")
 
     async def _write_gap(self, switch: str, job: int, gap_us: int) -> None:
         try:

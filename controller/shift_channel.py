@@ -1,6 +1,7 @@
 """The controller's channel to the jobs (`mode.interleave`): a time shift reaches each sending process
-of a job as a UDP datagram {"shift_us", "plan", "at_ns", "start_ns"} to its host's own address on the job's port, where the
-process's listener (workloads/announce.py) already absorbs PCN-START announcements. The shift holds
+of a job as a UDP datagram {"shift_us", "plan", "at_ns", "start_ns"} to its host's own address on the
+job's port, where the process's listener (workloads/announce.py) already absorbs PCN-START
+announcements. The shift holds
 for the communications decided from `at_ns` on (SETTLE_S after the plan, on the monotonic clock every
 Mininet host and container of the machine shares; one moment for every job of a plan, whose datagrams
 go out together), so all of a job's processes delay the same iteration and the controller knows which;
@@ -13,8 +14,9 @@ host's namespace listens in the same one.
 The datagram's socket is connected, so a host where nothing listens answers with ICMP port
 unreachable, which the socket reports (ECONNREFUSED) on the next look: that job has no channel (an
 unmodified script) and is named. Each job is probed once as its iterations are first told apart at a
-port (`probe`), so a plan is made knowing which jobs it cannot move. Python's os module has no setns before 3.12, hence ctypes; nothing in
-the field's libraries does this for a socket (pyroute2's netns moves a process's whole thread set).
+port (`probe`), so a plan is made knowing which jobs it cannot move. Python's os module has no setns
+before 3.12, hence ctypes; nothing in the field's libraries does this for a socket (pyroute2's netns
+moves a process's whole thread set).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class ShiftChannel:
     def __init__(self):
         self._targets: dict[int, tuple[Target, ...]] = {}
         self._sockets: dict[Target, socket.socket] = {}
+        self._lock = threading.Lock()      # probes and plans are sent from threads of their own
 
     def add_job(self, job: int, targets) -> None:
         self._targets[job] = tuple(targets)
@@ -126,14 +129,16 @@ class ShiftChannel:
         return out
 
     def _socket(self, target: Target) -> socket.socket:
-        sock = self._sockets.get(target)
-        if sock is None:
-            sock = socket_in_netns(target.netns_pid)
-            sock.connect((target.ip, target.port))
-            self._sockets[target] = sock
-        return sock
+        with self._lock:
+            sock = self._sockets.get(target)
+            if sock is None:
+                sock = socket_in_netns(target.netns_pid)
+                sock.connect((target.ip, target.port))
+                self._sockets[target] = sock
+            return sock
 
     def close(self) -> None:
-        for sock in self._sockets.values():
-            sock.close()
-        self._sockets.clear()
+        with self._lock:
+            for sock in self._sockets.values():
+                sock.close()
+            self._sockets.clear()

@@ -58,13 +58,14 @@ Every `check_every` starts of the anchor after a plan, the latest starts are com
 that changed makes a new plan, as does a job that came (`after` starts at the port). A plan moves jobs
 only when it cuts their overlap by MIN_GAIN, and when the overlap it removes over `horizon` periods is
 more than the delays it costs (a shift only delays: moving a job a little earlier than a fixed anchor
-costs it nearly a whole period; measured: 935 ms shifts of a 1,063 ms period for 9 % of overlap).
-Beside a fixed job only the moved jobs' own overlap repays their delays: the fixed job's gain does not
-pay for another's delay (issue 47: a job without the channel never makes the others slower). Counting
-both, a job beside an unmodified script was moved 790 ms for 59 ms of its own overlap a period, which
-its faster pace was clearing by itself (228e161, interleave-unmodified rep 2);
+costs it nearly a whole period; measured: 935 ms shifts of a 1,063 ms period for 9 % of overlap);
 otherwise it records them where they are (a job paced by its compute speeds up once its communication
-no longer overlaps: a new period, and nothing to move).
+no longer overlaps: a new period, and nothing to move). Beside a job without the channel only the
+overlap of the jobs the plan can move repays their delays: the unmovable job's gain does not pay for
+another's delay (issue 47: a job without the channel never makes the others slower). Counting both, a
+job beside an unmodified script was moved 790 ms for 59 ms of its own overlap a period, which its
+faster pace was clearing by itself (228e161, interleave-unmodified rep 2). Beside a job fixed because
+another port plans it, both count: that job takes turns too.
 A plan that moved nobody and left overlap is made again at every check, from the estimates as they are
 then, and recorded only when it moves a job or finds them apart: the estimates improve (two identical
 jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and 0.94 for the rest of the run,
@@ -308,8 +309,9 @@ class Turns:
         made = plan(ordered) if fixed else cheapest(plan(ordered))
         late = sorted(state.late)
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
+        paying = [p.job for p in free] if any(p.job in self._fixed for p in fixed[:1]) else None
         if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
-                or not repays(made, self.config.horizon, margin * len(free), None if not fixed else [p.job for p in free]):
+                or not repays(made, self.config.horizon, margin * len(free), paying):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever

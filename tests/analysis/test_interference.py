@@ -174,6 +174,7 @@ def test_the_plans_the_shifts_and_the_jobs_left_alone_by_name():
          "overlap_after": {"1": 0.0, "2": 0.0}},
         {"type": "shift", "plan": 1, "job": 2, "shift_us": 134_486, "hosts": {"h4": "sent", "h5": "refused"}},
         {"type": "interleave_skip", "job": 3},
+        {"type": "interleave_ended", "job": 1},        # it had answered its probe: it finished
     ])
     jobs = {1: {"name": "a"}, 2: {"name": "b"}, 3: {"name": "c"}}
     assert interleave_metrics(events, jobs) == {
@@ -181,7 +182,7 @@ def test_the_plans_the_shifts_and_the_jobs_left_alone_by_name():
                    "shifts_ms": {"a": 0.0, "b": 134.486}, "overlap_before": {"a": 0.2, "b": 0.21},
                    "overlap_after": {"a": 0.0, "b": 0.0}}],
         "shifts": [{"plan": 1, "job": "b", "shift_ms": 134.486, "hosts": 2, "sent": 1, "refused": ["h5"]}],
-        "left_alone": ["c"]}
-    assert interleave_metrics(pd.DataFrame(), jobs) == {"plans": [], "shifts": [], "left_alone": []}
+        "left_alone": ["c"], "ended": ["a"]}
+    assert interleave_metrics(pd.DataFrame(), jobs) == {"plans": [], "shifts": [], "left_alone": [], "ended": []}
     older = events.drop(columns=["holds_us"])            # a run from before plans said when they hold
     assert interleave_metrics(older, jobs)["plans"][0]["holds_us"] == 7_000_000

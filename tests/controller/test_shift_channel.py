@@ -7,13 +7,20 @@ and is absorbed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 from conftest import ROOT, needs_root
+from test_turns import feed
+from pcnlab.controller.events import EventLog
+from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.shift_channel import SETTLE_S, ShiftChannel, Target
+from pcnlab.controller.windows import PlannerConfig
+from pcnlab.jsonlines import read_json_lines
 
 pytestmark = needs_root
 
@@ -79,3 +86,41 @@ def test_no_such_namespace_is_an_error_for_that_host_not_a_crash():
     channel.add_job(1, [Target("gone", 2 ** 22 + 7, "10.9.9.9", PORT)])
     assert channel.send(1, 100, plan=1) == {"gone": f"[Errno 2] No such file or directory: '/proc/{2 ** 22 + 7}/ns/net'"}
     assert channel.send(3, 100, plan=1) == {}          # a job never added: no host to send to
+
+
+def test_a_job_none_of_whose_hosts_listens_is_fixed_by_its_probe_before_any_plan(tmp_path):
+    # The scheduler asks each job once, as its iterations are first told apart; job 2's namespace refuses,
+    # so the port's first plan is made around it (before, it was found at that plan, after the plan had
+    # sent job 1 a slot); job 3, not registered yet, is asked again at its next start.
+    listener = _in_new_netns([sys.executable, "-c", LISTENER, str(tmp_path / "worker.jsonl")])
+    silent = _in_new_netns(["sleep", "10"])
+    channel = ShiftChannel()
+    controller = SimpleNamespace(endpoints={}, on_burst=[], on_ready=[], on_down=[], on_backup=[], on_stop=[],
+                                 on_start=[])
+    events = EventLog(tmp_path / "events.jsonl")
+    try:
+        assert listener.stdout.readline().strip() == "listening", listener.stderr.read()
+        time.sleep(0.2)
+        channel.add_job(1, [Target("hx", listener.pid, "10.9.9.9", PORT)])
+        channel.add_job(2, [Target("hy", silent.pid, "10.9.9.9", PORT)])
+        scheduler = PcnScheduler(controller, events, PlannerConfig(), channel=channel)
+
+        async def probe_all():
+            for job in (1, 2, 3):
+                scheduler._probed.add(job)
+                await scheduler._probe(job)
+        asyncio.run(probe_all())
+        events.close()
+        logged = [e for e in read_json_lines(tmp_path / "events.jsonl")[1] if e["type"].startswith("interleave")]
+        assert [(e["type"], e["job"]) for e in logged] == [("interleave_probe", 1), ("interleave_probe", 2),
+                                                           ("interleave_skip", 2)], logged
+        assert logged[0]["hosts"] == {"hx": "sent"} and logged[1]["hosts"] == {"hy": "refused"}
+        assert 3 not in scheduler._probed
+        plans = feed(scheduler.turns, {1: (1000, 400, 100), 2: (1000, 400, 0)}, 6)   # colliding
+        assert plans[0].reason == "first plan" and plans[0].fixed == (2,), plans[0]
+        assert [o.job for o in plans[0].orders] == [1] and plans[0].margin_us == 0
+    finally:
+        channel.close()
+        for proc in (listener, silent):
+            proc.kill()
+            proc.wait()

@@ -42,7 +42,10 @@ def test_two_colliding_jobs_are_shifted_apart_by_the_controller(module_results):
     run = run_experiment(SPEC, module_results, "turns") / "turns" / "latest" / "run"
     events = read_json_lines(run / "events.jsonl")[1]
     plans = [e for e in events if e["type"] == "interleave_plan"]
-    assert plans and sorted(plans[0]["jobs"]) == [1, 2], plans
+    split = {j: sum(e["type"] == "report" and e["port"] == 1 and e["job"] == j and e["gap_us"] is not None
+                    and e["kind"] != "sub-burst" for e in events) for j in (1, 2)}
+    assert plans and sorted(plans[0]["jobs"]) == [1, 2], (         # else say what the turns were given
+        plans, split, [e for e in events if e["type"].startswith("interleave")])
     probes = {e["job"]: e["hosts"] for e in events if e["type"] == "interleave_probe"}    # asked before any plan
     assert probes == {1: {"h2": "sent", "h3": "sent"}, 2: {"h4": "sent", "h5": "sent"}}, probes
     assert max(e["host_ns"] for e in events if e["type"] == "interleave_probe") < plans[0]["host_ns"]
