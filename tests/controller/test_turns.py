@@ -165,6 +165,17 @@ def test_a_small_overlap_that_only_nearly_a_period_of_delay_would_remove_is_left
             assert first.orders[0].shift_us > 500 * MS
 
 
+def test_beside_a_job_another_port_plans_both_overlaps_repay_the_delay():
+    # As above, but job 1 is fixed at port 2 because port 1 plans it (it listens, and takes turns there):
+    # its gain counts too, so 2 x 50 ms a period repay 750 ms over 10 periods.
+    turns = Turns(TurnConfig(after=4, check_every=3, horizon=10))
+    feed(turns, {1: (1000, 250, 0), 3: (1000, 250, 500)}, 6, port=1)
+    plans = feed(turns, {1: (1000, 250, 300), 2: (1000, 350, 0)}, 8, port=2, from_ms=7000)
+    first = plans[0]
+    assert first.fixed == (1,) and first.plan.before_fraction[1] == pytest.approx(0.2)
+    assert [o.job for o in first.orders] == [2] and first.orders[0].shift_us > 500 * MS
+
+
 def test_regular_jobs_whose_periods_differ_by_a_few_ms_are_planned_as_one_period():
     # Two regular jobs (no spread) of 940 and 946 ms, colliding: on their exact common circle no shift
     # removes any overlap; taken as one period (they slip 60 ms in 10 periods, under a tenth of one), one
