@@ -191,6 +191,8 @@ def interleave_metrics(events: pd.DataFrame, jobs: dict[int, dict]) -> dict:
                "hosts": len(r["hosts"] or {}), "sent": sum(v == "sent" for v in (r["hosts"] or {}).values()),
                "refused": sorted(h for h, v in (r["hosts"] or {}).items() if v != "sent")}
               for r in rows if r["type"] == "shift"]
+
     def jobs_of(kind: str) -> list:
         return sorted({name.get(str(int(r["job"])), str(r["job"])) for r in rows if r["type"] == kind})
-    return {"plans": plans, "shifts": shifts, "left_alone": jobs_of("interleave_skip"), "ended": jobs_of("interleave_ended")}
+    return {"plans": plans, "shifts": shifts, "left_alone": jobs_of("interleave_skip"),
+            "ended": jobs_of("interleave_ended")}

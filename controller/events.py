@@ -4,8 +4,8 @@
 Event types: report, prediction, arm, disarm, skip, would_arm, would_disarm, window_error, actual,
 clock, clock_error, switch_clock_reset, switch_ready, switch_down, switch_backup (another client became
 primary), scheduler_stopped, and with `mode.interleave` interleave_plan, shift, interleave_probe,
-interleave_skip, interleave_ended (controller/scheduler.py); mode, background_started, job_started (the runner); switch_restarted,
-collector_ended, flow_ended (experiments/watch.py).
+interleave_skip, interleave_ended (controller/scheduler.py); mode, background_started, job_started (the
+runner); switch_restarted, collector_ended, flow_ended (experiments/watch.py).
 """
 
 from __future__ import annotations

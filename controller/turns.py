@@ -309,7 +309,7 @@ class Turns:
         made = plan(ordered) if fixed else cheapest(plan(ordered))
         late = sorted(state.late)
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
-        paying = [p.job for p in free] if any(p.job in self._fixed for p in fixed[:1]) else None
+        paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
         if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
                 or not repays(made, self.config.horizon, margin * len(free), paying):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay

@@ -105,8 +105,8 @@ def _number(value) -> bool:
 
 def start_listener(log: JsonLog, bind_addr: str, port: int, shifts: Shifts | None = None) -> bool:
     """Absorb and log PCN-START datagrams on (bind_addr, port) in a daemon thread, hand the controller's
-    shifts to `shifts`, and absorb its probes unlogged. False when another process of the same host already listens there
-    (it absorbs them for both; the shifts sent there reach that one)."""
+    shifts to `shifts`, and absorb its probes unlogged. False when another process of the same host
+    already listens there (it absorbs them for both; the shifts sent there reach that one)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.bind((bind_addr, port))
