@@ -47,6 +47,7 @@ class PcnScheduler:
         self.channel = channel
         self.turns = Turns() if channel is not None else None
         self._probed: set[int] = set()                 # jobs asked whether they listen for shifts
+        self._answered: set[int] = set()               # and those whose answer came
         self._heard: set[int] = set()                  # and those a process of which answered
         self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
         self.gaps = LearnedGaps()   # G written into the switches for jobs that leave it out
@@ -138,8 +139,13 @@ class PcnScheduler:
             at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)      # from when a plan made now holds
             clock = self.clocks[switch].map
             holds_us = clock.to_switch_us(at_ns) if clock is not None else burst.ts_us + int(SETTLE_S * 1e6)
+            # A job is planned once its starts are told apart and its probe has answered; its starts
+            # before then count too (the split's, from the segmenter's history).
+            told = gap_us is not None and burst.job in self._answered
+            earlier = () if not told or self.turns.told(switch, burst.port, burst.job) else \
+                [(r.t_us, r.idle_us) for r in self.core.iteration_starts(report.key)]
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
-                                         gap_us is not None, holds_us)
+                                         told, holds_us, earlier)
             if record is not None:
                 self.events.write("interleave_plan", **record.fields())
                 self._tasks.append(asyncio.ensure_future(self._send_shifts(record, at_ns)))
@@ -187,16 +193,18 @@ class PcnScheduler:
                 self._fix(order.job)
 
     async def _probe(self, job: int) -> None:
-        """Whether `job` listens for shifts, asked as its iterations are first told apart (well before the
-        `after` starts its port's first plan needs): one that does not is fixed before any plan moves
-        others around it. Found at its first plan instead, the plan that sent it a shift had sent the
-        others their slots too, a margin later, and they waited for them (a generator job beside an
-        unmodified script: 242 ms, into a collision the next plan then moved it 640 ms out of; 2a57e64)."""
+        """Whether `job` listens for shifts, asked as its iterations are first told apart; the job is not
+        planned before the answer (then with its starts from the first), and one that does not listen is
+        fixed before any plan moves others around it. Found at its first plan instead, the plan that sent
+        it a shift had sent the others their slots too, a margin later, and they waited for them (a
+        generator job beside an unmodified script: 242 ms, into a collision the next plan then moved it
+        640 ms out of; 2a57e64)."""
         hosts = await asyncio.to_thread(self.channel.probe, job)
         if not hosts:                        # its processes are not registered yet: asked at its next start
             self._probed.discard(job)
             return
         self.events.write("interleave_probe", job=job, hosts=hosts)
+        self._answered.add(job)
         if any(v == "sent" for v in hosts.values()):
             self._heard.add(job)
         else:

@@ -64,7 +64,7 @@ class WindowScheduler:
             self.chains.drop_end_lags(key, below_us=segmenter.threshold_us)
             starts_us = segmenter.starts_us()
             if not (rhythm and rhythm.confident) or len(starts_us) < KEEP_SHARE * len(recent):
-                self._relearn(key, starts_us, t)
+                self._relearn(key, t)
                 rhythm = self.bank.forecast(key, t)
         if not starts:
             # A short gap, but right where a confident rhythm expects its next start: a start after all
@@ -112,7 +112,7 @@ class WindowScheduler:
             return []
         return [self.planner.withdraw(window, "arrived", now_us)]
 
-    def _relearn(self, key: BurstKey, starts_us: list[int], now_us: int) -> None:
+    def _relearn(self, key: BurstKey, now_us: int) -> None:
         """A split formed: the reports before it were all taken for starts, sub-bursts too, and the
         key's rhythm learned a period of a flight's length from them (measured: pcn-paper with G learned,
         split formed at iteration 3, period 1.79 s of 2 s at iteration 4, confident from iteration 8
@@ -124,8 +124,7 @@ class WindowScheduler:
         The key's chain forgets its choice too (ChainModels.forget_choice): pcn-paper with G learned
         had chosen its END chain from the flights (10-20 ms after a flight's end), which stayed chosen
         once the split formed at iteration 3, and iteration 4, 2 s on, had no window."""
-        wanted = set(starts_us)
-        self.bank.relearn(key, [r for r in self._recent[key] if r.t_us in wanted and r.t_us < now_us])
+        self.bank.relearn(key, [r for r in self.iteration_starts(key) if r.t_us < now_us])
         self.chains.forget_choice(key)
 
     def on_end(self, key: BurstKey, end_us: int, now_us: int) -> tuple[tuple[Prediction, ...], list[WindowChange]]:
@@ -142,6 +141,16 @@ class WindowScheduler:
         None while its gaps form one group (every report starts one)."""
         segmenter = self._segments.get(key)
         return round(segmenter.threshold_us) if segmenter and segmenter.threshold_us is not None else None
+
+    def iteration_starts(self, key: BurstKey) -> list[BurstReport]:
+        """The key's reports in its segmenter's history that the split in force takes for iteration
+        starts, oldest first (the latest included): before the split formed they were all taken for
+        starts (segments.starts_us)."""
+        segmenter = self._segments.get(key)
+        if segmenter is None:
+            return []
+        wanted = set(segmenter.starts_us())
+        return [r for r in self._recent[key] if r.t_us in wanted]
 
     @staticmethod
     def _judged(issued: Prediction | None, t_us: int) -> dict:

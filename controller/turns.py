@@ -9,6 +9,10 @@ its next start, which that start's report gives (its time minus the silence befo
 switch reports a burst's end only when other traffic comes to the port, so it is not waited for). Only
 the starts the job's segmenter takes for iterations once it has split its silences count: before, its
 flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
+Those before the split that it takes for starts count too (`earlier`: the track begins with them; the
+scheduler gives them once the job's probe has answered): waiting for `after` starts from the split
+instead, two jobs' first plan came 4 starts after the split, at 9.97 s of 5.29 s (64c22b6), and the
+starts from 2.66 s were known.
 Periods are measured, not declared: a job paced by its compute and its communication has no clock
 and its period wanders with the queue, so periods that agree within their measured spread (`SAME`,
 turn_rules.py), or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two
@@ -77,6 +81,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pcnlab.controller.fluid import Sender, alone_us, first_starts
@@ -181,11 +186,14 @@ class Turns:
         self._fixed: set[int] = set()                  # jobs without the channel
 
     def on_start(self, switch: str, port: int, job: int, t_us: int, idle_us: int | None,
-                 split: bool = True, holds_us: int | None = None) -> PlanRecord | None:
+                 split: bool = True, holds_us: int | None = None,
+                 earlier: Iterable[tuple[int, int | None]] = ()) -> PlanRecord | None:
         """An iteration start of `job` at the port after `idle_us` of the job's silence there (`split`: the
         key's segmenter has split its silences): a new plan for the port when one is due (else None).
         `holds_us`: from when a shift sent now would hold (the starts a job decides from then on; the
-        channel's moment, in the switch's clock; None: `t_us`)."""
+        channel's moment, in the switch's clock; None: `t_us`). `earlier`: at the first start of a split
+        (the job's last `split` was False), the reports before it that the split takes for starts
+        ((t_us, idle_us), oldest first): the track begins with them, as if the split had held from the first."""
         at = (t_us, t_us if holds_us is None else holds_us)
         key = (switch, port)
         state = self._ports.setdefault(key, _Port())
@@ -194,11 +202,12 @@ class Turns:
             track.starts.clear()
             track.comms.clear()
             track.split = split
+            for t, idle in earlier if split else ():
+                if t < t_us:
+                    self._add(track, t, idle)
         if not split:
             return None
-        if track.starts and idle_us is not None and t_us - idle_us > track.starts[-1]:
-            track.comms.append((track.starts[-1], t_us - idle_us, t_us))
-        track.starts.append(t_us)
+        self._add(track, t_us, idle_us)
         now = self._phases(state, at[1])      # the port as it is now: for the foresight, a plan and a check
         self._foresee(state, job, t_us, idle_us, at[1], now)
         if state.plan is None:
@@ -219,6 +228,19 @@ class Turns:
         observed = [now[j] for j in state.plan.jobs]
         checked = drift(state.plan, same_periods(observed, self.config.horizon, state.plan.phases))
         return self._plan(key, state, at, now, checked.reason) if checked.replan else None
+
+    def told(self, switch: str, port: int, job: int) -> bool:
+        """Whether the job's starts at the port are told apart (the last `on_start` had `split`)."""
+        track = self._ports.get((switch, port), _Port()).tracks.get(job)
+        return track is not None and track.split
+
+    @staticmethod
+    def _add(track: _Track, t_us: int, idle_us: int | None) -> None:
+        """A start, and the communication before it that it ended (from the previous start to the job's
+        last packet, `idle_us` before this one)."""
+        if track.starts and idle_us is not None and t_us - idle_us > track.starts[-1]:
+            track.comms.append((track.starts[-1], t_us - idle_us, t_us))
+        track.starts.append(t_us)
 
     def fix(self, job: int) -> None:
         """`job` cannot be shifted (its hosts refused the channel): fixed at every port from now, and the

@@ -51,6 +51,25 @@ def test_the_rhythm_learns_again_from_the_starts_once_the_split_forms():
     assert abs(core.bank.predictors[key].period_us - 2_000_000) < 20_000
 
 
+def test_the_starts_the_split_takes_are_the_iterations_before_and_after_it_formed():
+    # What turns.py begins a job's track with once its split forms (issue 47): the iterations' reports,
+    # silence and all, from the first, and none of the flights between them.
+    rng = random.Random(7)
+    trace = generator_reports(rng, 8, 2_000_000, 25)
+    core = WindowScheduler()
+    key = BurstKey("s1", 1, 1)
+    assert core.iteration_starts(key) == []
+    told = None
+    for report in trace:
+        core.on_report(report)
+        if told is None and core.iteration_gap_us(key) is not None:
+            told = report
+            assert core.iteration_starts(key) == [r for r in trace if r.t_us <= report.t_us and r.idle_us > 100_000]
+    assert told is not None and told.idle_us > 100_000     # flights: at most 20 ms
+    got, starts = core.iteration_starts(key), [r for r in trace if r.idle_us > 100_000]
+    assert len(got) >= 4 and got == starts[-len(got):]      # those still in the history (128 reports)
+
+
 def test_what_the_chain_learned_from_flights_is_void_once_the_split_forms():
     # Measured on pcn-paper with G learned (2026-11-26): the switch reported each flight's end, so its END
     # chain (a flight's end to the next flight, 10-20 ms) was chosen before the split; when the split formed

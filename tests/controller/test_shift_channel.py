@@ -115,7 +115,7 @@ def test_a_job_none_of_whose_hosts_listens_is_fixed_by_its_probe_before_any_plan
         assert [(e["type"], e["job"]) for e in logged] == [("interleave_probe", 1), ("interleave_probe", 2),
                                                            ("interleave_skip", 2)], logged
         assert logged[0]["hosts"] == {"hx": "sent"} and logged[1]["hosts"] == {"hy": "refused"}
-        assert 3 not in scheduler._probed
+        assert 3 not in scheduler._probed and scheduler._answered == {1, 2}   # 3 is not planned before its answer
         plans = feed(scheduler.turns, {1: (1000, 400, 100), 2: (1000, 400, 0)}, 6)   # colliding
         assert plans[0].reason == "first plan" and plans[0].fixed == (2,), plans[0]
         assert [o.job for o in plans[0].orders] == [1] and plans[0].margin_us == 0

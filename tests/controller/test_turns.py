@@ -76,6 +76,38 @@ def test_two_equal_jobs_starting_together_are_planned_half_a_period_apart_once()
     assert fields["period_us"] == {"1": 1000 * MS, "2": 1000 * MS} and fields["comm_us"] == {"1": 400 * MS, "2": 400 * MS}
 
 
+def _colliding_starts(turns: Turns, split_at: int, earlier: bool) -> int | None:
+    """Two jobs colliding every 1.2 s (800 ms of communication each, 400 ms of silence), their splits formed
+    at their `split_at`-th start (as the scheduler feeds them: not split before; `earlier`: the starts
+    before the split given with its first). The start (0-based, of job 2) the first plan came at."""
+    starts = {job: [(k * 1200 * MS + job * 10 * MS, None if k == 0 else 400 * MS) for k in range(8)]
+              for job in (1, 2)}
+    for k in range(8):
+        for job in (1, 2):
+            t, idle = starts[job][k]
+            split = k >= split_at
+            record = turns.on_start("s1", 1, job, t, idle, split, earlier=starts[job][:k] if earlier else ())
+            if record is not None:
+                assert record.reason == "first plan" and record.plan.before_fraction[2] > 0.9, record
+                for phase in record.plan.phases:      # alone: its silence and its half of the 800 ms
+                    assert phase.period_us == pytest.approx(800 * MS, abs=10 * MS), phase
+                return k
+    return None
+
+
+def test_the_starts_before_the_split_begin_the_track_and_bring_the_first_plan_forward():
+    # Split at the third start: given the two before it, both jobs have 4 starts at their fourth (k=3);
+    # without them, 4 starts from the split come at k=5.
+    assert _colliding_starts(Turns(TurnConfig(after=4)), split_at=2, earlier=True) == 3
+    assert _colliding_starts(Turns(TurnConfig(after=4)), split_at=2, earlier=False) == 5
+    turns = Turns(TurnConfig(after=4))
+    assert not turns.told("s1", 1, 1)
+    turns.on_start("s1", 1, 1, 5000 * MS, 400 * MS, True, earlier=[(1000 * MS, None), (5000 * MS, 400 * MS),
+                                                                     (6000 * MS, 400 * MS)])
+    assert turns.told("s1", 1, 1)
+    assert list(turns._ports[("s1", 1)].tracks[1].starts) == [1000 * MS, 5000 * MS]   # none at or after it
+
+
 def test_a_job_that_ignores_its_shift_is_planned_again_at_most_max_plans_times():
     turns = Turns(TurnConfig(after=4, check_every=3, max_plans=3))
     plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 40, obey=set())
