@@ -145,7 +145,7 @@ class PcnScheduler:
             earlier = () if not told or self.turns.told(switch, burst.port, burst.job) else \
                 [(r.t_us, r.idle_us) for r in self.core.iteration_starts(report.key)]
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
-                                         told, holds_us, earlier)
+                                         told, holds_us, earlier, gap_us)
             if record is not None:
                 self.events.write("interleave_plan", **record.fields())
                 self._tasks.append(asyncio.ensure_future(self._send_shifts(record, at_ns)))

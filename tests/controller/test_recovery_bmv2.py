@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -23,13 +24,21 @@ from pcnlab.topologies.topos import make_topology
 FINSY_BACKOFF_S = 10.0   # what a lost session cost before (10.1-10.3 s in 6 of 6 tries; docs/results.md, Faults)
 
 
+def _stamps(out: str) -> list[float]:
+    """The times of ping -D's replies (s, the wall clock)."""
+    return [float(m) for m in re.findall(r"^\[(\d+\.\d+)\].*time=", out, re.MULTILINE)]
+
+
 def _hole_s(net, switch, how: str) -> tuple[float, int]:
     """Ping h1 -> h3 every 10 ms, end `switch` (SIGKILL, or restart()), keep reviving; the longest
-    silence between replies (s), and how many replies there were."""
+    silence between replies (s), and how many replies there were. Pinged until 50 replies came after a
+    silence of over 100 ms that ended after the switch did (the hole), at most 4 s."""
     ping = net.host("h1").popen(["ping", "-D", "-i", "0.01", "-W", "1", net.host("h3").IP()],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = ""
     try:
         time.sleep(1.0)
+        ended = time.time()                # ping -D's clock
         if how == "kill":
             os.kill(switch.process.pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
@@ -38,11 +47,18 @@ def _hole_s(net, switch, how: str) -> tuple[float, int]:
                 time.sleep(0.05)
         else:
             switch.restart()
-        time.sleep(4.0)
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            if select.select([ping.stdout], [], [], 0.1)[0]:
+                out += os.read(ping.stdout.fileno(), 1 << 16).decode()
+            stamps = _stamps(out)
+            holes = [k for k in range(1, len(stamps)) if stamps[k] - stamps[k - 1] > 0.1 and stamps[k] > ended]
+            if holes and len(stamps) - holes[-1] >= 50:
+                break                      # the hole is over: 50 replies since
     finally:
         ping.send_signal(signal.SIGINT)
-        out, _ = ping.communicate(timeout=10)
-    stamps = [float(m) for m in re.findall(r"^\[(\d+\.\d+)\].*time=", out, re.MULTILINE)]
+        out += ping.communicate(timeout=10)[0]
+    stamps = _stamps(out)
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     return max(gaps, default=float("inf")), len(stamps)
 

@@ -108,6 +108,19 @@ def test_the_starts_before_the_split_begin_the_track_and_bring_the_first_plan_fo
     assert list(turns._ports[("s1", 1)].tracks[1].starts) == [1000 * MS, 5000 * MS]   # none at or after it
 
 
+def test_a_flight_taken_for_a_start_in_its_rhythms_slot_is_no_iteration_here():
+    # After a shift the predictor's rhythm still expects the old period; a flight 16 ms after a packet came
+    # in its slot and was taken for a start. Its silence is below the split (100 ms): not a start here.
+    turns = Turns(TurnConfig(after=4))
+    for k in range(3):
+        turns.on_start("s1", 1, 1, k * 1000 * MS, None if k == 0 else 600 * MS, gap_us=100 * MS)
+    assert turns.on_start("s1", 1, 1, 2400 * MS, 16 * MS, gap_us=100 * MS) is None
+    track = turns._ports[("s1", 1)].tracks[1]
+    assert list(track.starts) == [0, 1000 * MS, 2000 * MS] and len(track.comms) == 2
+    turns.on_start("s1", 1, 1, 3000 * MS, 500 * MS, gap_us=100 * MS)
+    assert list(track.starts)[-1] == 3000 * MS and track.comms[-1] == (2000 * MS, 2500 * MS, 3000 * MS)
+
+
 def test_a_job_that_ignores_its_shift_is_planned_again_at_most_max_plans_times():
     turns = Turns(TurnConfig(after=4, check_every=3, max_plans=3))
     plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 40, obey=set())
