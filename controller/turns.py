@@ -25,19 +25,14 @@ next start (below), its communication time and its period as they would be alone
 is `after` periods old has left the port, and is not planned). While k jobs send at once each gets a
 k-th of the port, so a communication that overlapped others' took longer than it needs: its time
 alone is each stretch of it over the number of jobs sending then (fluid.alone_us, the median of the
-recent ones). A job paced by its compute starts its next iteration a silence after its communication
-ends, so its period alone is its silence plus that communication; a job paced by a clock keeps its
-median period. A job is taken as compute-paced when its silences vary no more than its periods, or by
-at most `STEADY` of their median (a steady collision, where neither varies, is taken as compute-paced,
-as training is): compute-paced jobs' silences varied 0.2 % (median), 0.8 % (90th percentile) and 1.9 %
-(99th) over 4,015 windows of three in the stored interleave runs of 2026-11-29/30, and without the
-allowance two of four first plans (35c646d) read a colliding compute-paced job as a clock, at 1,186 and
-1,354 ms, moved nobody, and the jobs collided 3.5 s longer. The cost the other way: read from three
-communications on a loaded machine, a clocked job colliding was once taken as compute-paced, at 589 ms
-of 800; its first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it.
-Planned on their collided periods and communications instead of these, two identical jobs (0.94 s, 420
-ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their slots after each of four shifts as
-their periods came back to 0.94 s (measured, 619f27d). Its start is
+recent ones). A job paced by its compute (its silences vary no more than its periods: a steady
+collision, where neither varies, is taken as compute-paced, as training is; read from three
+communications on a loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its
+first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it) starts its next
+iteration a silence after its communication ends, so its period alone is its silence plus that
+communication; a job paced by a clock keeps its median period. Planned on the collided ones instead,
+two identical jobs (0.94 s, 420 ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their
+slots after each of four shifts as their periods came back to 0.94 s (measured, 619f27d). Its start is
 the first one a shift sent now can move (the starts decided from `holds_us` on, the channel's moment):
 the fluid model of the port plays out the round under way from every job's latest start, colliding
 as it will (fluid.first_starts). Carried on from the latest start at the pace alone instead, three
@@ -149,7 +144,6 @@ class PlanRecord:
                 "starts_us": {str(o.job): round(o.start_us) for o in self.orders if o.start_us is not None}}
 
 
-STEADY = 0.02    # silences steadier than this (MAD over median) are a compute's, whatever the gaps do
 LATE = 0.9       # a plan's margin: this quantile of how much later than foreseen the port's starts came
 LATE_SAMPLES = 32
 
@@ -289,9 +283,7 @@ class Turns:
             comm = float(statistics.median(alones))
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]
-            quiet = statistics.median(silences)
-            paced = mad(silences) <= max(mad(gaps), STEADY * quiet)
-            silence = float(quiet) if paced else None
+            silence = float(statistics.median(silences)) if mad(silences) <= mad(gaps) else None
             # paced by its compute (ties too, as a steady collision gives): silence + communication alone.
             # Its period's spread stays its starts' (the collisions'). Taken from its time alone instead,
             # two identical jobs (940.6, 940.9 ms alone) read at 933 and 960, 937 and 961 ms (the model's

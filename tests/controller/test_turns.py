@@ -275,22 +275,6 @@ def test_plans_take_each_job_as_it_would_be_alone_paced_by_its_compute_or_by_a_c
     assert fields["period_us"] == {"1": 1000 * MS, "2": 700 * MS}
 
 
-def test_a_colliding_job_whose_silences_are_steady_is_compute_paced_though_its_periods_are_steadier():
-    # Two identical compute-paced jobs' first four starts, as the switch saw them (35c646d's first run, ms):
-    # job 2's silences (532, 527, 529) vary 2 ms, its collided periods (1354, 1355, 1310) 1 ms. Read as a
-    # clock, it was planned at 1,354 ms beside job 1's 951, and its first plan moved nobody.
-    seen = {1: [(1595, None), (2954, 535), (4263, 531), (5580, 534)],
-            2: [(1606, None), (2960, 532), (4315, 527), (5624, 529)]}
-    turns = Turns(TurnConfig(after=4))
-    plans = [turns.on_start("s1", 1, job, t * MS, None if idle is None else idle * MS)
-             for k in range(4) for job in (1, 2) for t, idle in [seen[job][k]]]
-    first = plans[-1]
-    assert first is not None and first.reason == "first plan" and not any(plans[:-1])
-    periods = {p.job: p.period_us for p in first.plan.phases}
-    assert periods[1] == periods[2] == pytest.approx(950 * MS, abs=20 * MS), periods   # silence + 420 alone
-    assert max(first.plan.shifts_us.values()) > 300 * MS                  # moved half a period apart
-
-
 def test_a_job_that_left_the_port_is_not_planned():
     turns = Turns(TurnConfig(after=4, check_every=3))
     feed(turns, {1: (1000, 300, 0), 2: (1000, 300, 500)}, 6)
