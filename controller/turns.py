@@ -28,7 +28,11 @@ alone is each stretch of it over the number of jobs sending then (fluid.alone_us
 recent ones). A job paced by its compute (its silences vary no more than its periods: a steady
 collision, where neither varies, is taken as compute-paced, as training is; read from three
 communications on a loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its
-first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it) starts its next
+first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it; the other way, two of
+four first plans read a colliding compute-paced job as a clock, its periods varying 0-1 ms and its
+silences 2-3 ms, 35c646d. Taking silences within 2 % of their median as a compute's instead (e0655f6,
+reverted) read two steadily colliding clocked jobs so for good: their periods varied 7-130 µs, their
+silences 0.1-1.4 %, and no plan moved them) starts its next
 iteration a silence after its communication ends, so its period alone is its silence plus that
 communication; a job paced by a clock keeps its median period. Planned on the collided ones instead,
 two identical jobs (0.94 s, 420 ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their
