@@ -139,11 +139,14 @@ class PcnScheduler:
             at_ns = time.monotonic_ns() + int(SETTLE_S * 1e9)      # from when a plan made now holds
             clock = self.clocks[switch].map
             holds_us = clock.to_switch_us(at_ns) if clock is not None else burst.ts_us + int(SETTLE_S * 1e6)
-            # A job is planned once its starts are told apart and its probe has answered; its starts
-            # before then count too (the split's, from the segmenter's history).
+            # A job is planned once its starts are told apart and its probe has answered; a listening
+            # job's starts before then count too (the split's, from the segmenter's history). Not an
+            # unmodified script's: its history is its setup and warm-up (interleave-unmodified at
+            # 6fe82e8, rep 3: a first split at 20 ms among its first flights gave it four 'starts' 107 ms
+            # apart at once; plans made in its warm-up then moved the generator 367 and 345 ms).
             told = gap_us is not None and burst.job in self._answered
-            earlier = () if not told or self.turns.told(switch, burst.port, burst.job) else \
-                [(r.t_us, r.idle_us) for r in self.core.iteration_starts(report.key)]
+            earlier = () if not told or burst.job not in self._heard or self.turns.told(switch, burst.port, burst.job) \
+                else [(r.t_us, r.idle_us) for r in self.core.iteration_starts(report.key)]
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
                                          told, holds_us, earlier, gap_us)
             if record is not None:
