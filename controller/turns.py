@@ -74,10 +74,13 @@ another's delay (issue 47: a job without the channel never makes the others slow
 job beside an unmodified script was moved 790 ms for 59 ms of its own overlap a period, which its
 faster pace was clearing by itself (228e161, interleave-unmodified rep 2). Beside a job fixed because
 another port plans it, both count: that job takes turns too.
-A plan that moved nobody and left overlap is made again at every check, from the estimates as they are
-then, and recorded only when it moves a job or finds them apart: the estimates improve (two identical
-jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and 0.94 for the rest of the run,
-stayed 50 % overlapped: their drift was checked against the first plan's periods, e8ac288). At most
+A plan that moved nobody and left overlap is made again at each start of the anchor, from the estimates
+as they are then, and recorded only when it moves a job or finds them apart: the estimates improve (two
+identical jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and 0.94 for the rest of the
+run, stayed 50 % overlapped: their drift was checked against the first plan's periods, e8ac288). Made
+again only at every `check_every` starts, three of four first plans that read a compute-paced job as a
+clock moved the jobs 3.5 s later (6 colliding iterations); replayed from those runs' events, made again
+at each start, they moved them 2.5 s sooner (e5f896a). At most
 `max_plans` plans that move jobs per port: a job that ignores its shifts is not shifted for ever.
 """
 
@@ -227,11 +230,14 @@ class Turns:
         if job != state.plan.jobs[0]:
             return None
         state.anchor_starts += 1
-        if state.anchor_starts < self.config.check_every or state.plans >= self.config.max_plans:
+        if state.plans >= self.config.max_plans:
+            return None
+        if stuck(state.plan):                 # at each of the anchor's starts: one more communication read
+            state.anchor_starts = 0
+            return self._plan(key, state, at, now, "overlap left: planned again", quiet=True)
+        if state.anchor_starts < self.config.check_every:
             return None
         state.anchor_starts = 0
-        if stuck(state.plan):
-            return self._plan(key, state, at, now, "overlap left: planned again", quiet=True)
         if any(j not in now for j in state.plan.jobs):
             return None
         observed = [now[j] for j in state.plan.jobs]

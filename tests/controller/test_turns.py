@@ -261,6 +261,23 @@ def test_an_unmoved_plan_that_left_overlap_is_made_again_as_the_estimates_change
     assert moving[-1] == again[-1] and moving[0].plan.overlap_fraction == {1: 0.0, 2: 0.0}
 
 
+def test_an_unmoved_plan_is_made_again_at_the_anchors_next_start_not_a_check_later():
+    # Two identical compute-paced jobs colliding, as the switch saw them (9c7ef61, rep 2, ms): from three
+    # communications job 1 reads as a clock (1,250 ms; its periods varied less than its silences), so
+    # the first plan moves nobody. At its next start, one communication more, it reads 956 ms and the
+    # plan moves job 2; made again only three starts later, the jobs collided 2.5 s longer.
+    seen = [(1, 1827, None), (2, 1835, None), (1, 3099, 546), (2, 3191, 528), (1, 4349, 539), (2, 4465, 532),
+            (1, 5599, 532), (2, 5714, 534), (1, 6776, 539)]
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    made = [turns.on_start("s1", 1, job, t * MS, None if idle is None else idle * MS, holds_us=(t + 50) * MS)
+            for job, t, idle in seen]
+    assert [r is not None for r in made] == [False] * 7 + [True, True]
+    first, again = made[-2], made[-1]
+    assert first.reason == "first plan" and not any(first.plan.shifts_us.values())
+    assert {p.job: round(p.period_us / MS) for p in first.plan.phases}[1] == 1250
+    assert again.reason == "overlap left: planned again" and again.plan.shifts_us[2] > 250 * MS
+
+
 def test_plans_take_each_job_as_it_would_be_alone_paced_by_its_compute_or_by_a_clock():
     # Job 1 sends 300 ms every 1,000 (a clock); job 2 sends 200 ms and computes 500 (700 ms alone). Job 2
     # runs through job 1's communication, so both stretch (the fluid port): job 1's silences vary, its
