@@ -17,7 +17,7 @@ MIN_GAIN = 0.05  # a plan moves jobs only when it cuts their overlap shares (sum
 
 
 def stuck(made: Plan) -> bool:
-    """The plan moves nobody and leaves overlap: made again at each start of its anchor (turns.py's note)."""
+    """The plan moves nobody and leaves overlap: made again soon (turns.py's note)."""
     return not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN
 
 

@@ -276,6 +276,13 @@ def test_an_unmoved_plan_is_made_again_at_the_anchors_next_start_not_a_check_lat
     assert first.reason == "first plan" and not any(first.plan.shifts_us.values())
     assert {p.job: round(p.period_us / MS) for p in first.plan.phases}[1] == 1250
     assert again.reason == "overlap left: planned again" and again.plan.shifts_us[2] > 250 * MS
+    # Beside a fixed job (here job 1, the anchor: an unmodified script) only at the next check.
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    turns.fix(1)
+    made = [turns.on_start("s1", 1, job, t * MS, None if idle is None else idle * MS, holds_us=(t + 50) * MS)
+            for job, t, idle in seen]
+    assert made[-2] is not None and made[-2].fixed == (1,) and not any(made[-2].plan.shifts_us.values())
+    assert made[-1] is None
 
 
 def test_plans_take_each_job_as_it_would_be_alone_paced_by_its_compute_or_by_a_clock():
