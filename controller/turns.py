@@ -235,14 +235,12 @@ class Turns:
         state.anchor_starts += 1
         if state.plans >= self.config.max_plans:
             return None
-        fixed = any(j in self._fixed or self._owner.get(j, key) != key for j in state.plan.jobs)
-        if stuck(state.plan) and not fixed:   # at each of the anchor's starts: one more communication read
-            state.anchor_starts = 0
-            return self._plan(key, state, at, now, "overlap left: planned again", quiet=True)
-        if state.anchor_starts < self.config.check_every:
+        again = stuck(state.plan)
+        soon = again and not any(self._fixed_at(key, j) for j in state.plan.jobs)   # one more communication read
+        if state.anchor_starts < self.config.check_every and not soon:
             return None
         state.anchor_starts = 0
-        if stuck(state.plan):
+        if again:
             return self._plan(key, state, at, now, "overlap left: planned again", quiet=True)
         if any(j not in now for j in state.plan.jobs):
             return None
@@ -252,8 +250,13 @@ class Turns:
 
     def told(self, switch: str, port: int, job: int) -> bool:
         """Whether the job's starts at the port are told apart (the last `on_start` had `split`)."""
-        track = self._ports.get((switch, port), _Port()).tracks.get(job)
+        state = self._ports.get((switch, port))
+        track = state.tracks.get(job) if state is not None else None
         return track is not None and track.split
+
+    def _fixed_at(self, key: tuple[str, int], job: int) -> bool:
+        """The job cannot be shifted at this port: it has no channel, or another port's plan shifts it."""
+        return job in self._fixed or self._owner.get(job, key) != key
 
     @staticmethod
     def _add(track: _Track, t_us: int, idle_us: int | None) -> None:
@@ -344,7 +347,7 @@ class Turns:
         shifts hold from), and its record (`quiet`: none for a plan that moves nobody and leaves overlap,
         as the last did: its estimates are kept, the log is not filled)."""
         phases = same_periods(list(now.values()), horizon=self.config.horizon)
-        fixed = [p for p in phases if p.job in self._fixed or self._owner.get(p.job, key) != key]
+        fixed = [p for p in phases if self._fixed_at(key, p.job)]
         free = [p for p in phases if p not in fixed]
         if not free or len(phases) < 2:
             return None
