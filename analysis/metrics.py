@@ -287,6 +287,13 @@ def analyse_run(run_dir: Path, plots: bool = True) -> dict:
         from pcnlab.analysis.plots import plot_run_queue
 
         plot_run_queue(run, neck)
+        if len(run.jobs) > 1:
+            from pcnlab.analysis.turns_plot import moving_plans, plot_turns
+
+            plot_turns(run.path / f"turns-{neck[0]}-p{neck[1]}.png", table,
+                       {int(jid): j["name"] for jid, j in run.jobs.items()},
+                       moving_plans((out.get("interleave") or {}).get("plans"), neck),
+                       title=f"{run.name}: the jobs at {neck[0]} port {neck[1]}")
     return out
 
 
