@@ -37,8 +37,9 @@ class MeasuredPhase:
 
 def same_periods(phases, horizon: int, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
     """The phases with periods that agree within SAME times their spread, or slip apart by less than SLIP
-    of a period over `horizon` periods, taken as one (their median), and, given the phases a plan was
-    made from, a period as close to its planned one taken as that."""
+    of a period over `horizon` periods, taken as one (their median); a period as close to a whole multiple
+    of a shorter one (over that multiple) taken as the multiple; and, given the phases a plan was made
+    from, a period as close to its planned one taken as that."""
     out = [p.phase for p in phases]
     spread = {p.phase.job: p.spread_us for p in phases}
 
@@ -55,6 +56,20 @@ def same_periods(phases, horizon: int, planned: tuple[JobPhase, ...] = ()) -> li
         else:
             groups.append([p])
     one = {p.job: float(statistics.median(q.period_us for q in g)) for g in groups for p in g}
+    # A period near a whole multiple n of a shorter one is that multiple (CASSINI's circle then holds
+    # n turns of the shorter job to one of the longer; else it is the two periods' LCM, on which the
+    # longer job slides across the shorter ones): judged as P / n against the shorter, its spread / n.
+    def widest(group) -> float:
+        return max(spread.get(p.job, 0.0) for p in group)
+    for g, longer in enumerate(groups[1:], 1):
+        period = one[longer[0].job]
+        for shorter in groups[:g]:
+            base = one[shorter[0].job]
+            n = round(period / base)
+            if n >= 2 and abs(period / n - base) <= max(SAME * max(widest(longer) / n, widest(shorter)),
+                                                        SLIP * base / horizon):
+                one.update({p.job: n * base for p in longer})
+                break
     return [replace(p, period_us=one[p.job]) for p in out]
 
 

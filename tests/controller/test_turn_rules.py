@@ -20,6 +20,29 @@ def test_periods_within_their_spread_or_their_slip_are_one_and_others_stay_apart
     assert same_periods(again, 10, planned)[0].period_us == 950 * MS             # as close to its planned one
 
 
+def test_a_period_near_a_multiple_of_a_shorter_one_is_that_multiple_and_the_plan_then_clears_them():
+    # Plan 3 of interleave-three with jobs.2.compute_ms=1450 (d78a1f6, 2026-11-30): c at 1,717 ms beside
+    # two jobs at 866 ms. On their LCM circle c slid across the others (0.578 of it left overlapped);
+    # 1,717 / 2 is 7.8 ms from 866, under a tenth of 866 over 10 periods: one circle of 2 x 866.
+    measured = [MeasuredPhase(JobPhase(1, 866_357, 268_780, 10_887_494), 0),
+                MeasuredPhase(JobPhase(2, 866_357, 231_252, 10_845_952), 0),
+                MeasuredPhase(JobPhase(3, 1_717_084, 248_687, 10_884_811), 0)]
+    taken = same_periods(measured, horizon=10)
+    assert [p.period_us for p in taken] == [866_357, 866_357, 2 * 866_357]
+    assert plan([m.phase for m in measured]).overlap_fraction[3] > 0.5
+    assert plan(taken).overlap_us == 0.0
+    # Not a multiple: 1.39 s beside 1.04 s (their ratio rounds to 1), or 1.80 s beside 0.85 s (2.12).
+    for long_us in (1_390_000, 1_800_000):
+        other = [measured[0], MeasuredPhase(JobPhase(3, long_us, 250_000, 0), 0)]
+        assert [p.period_us for p in same_periods(other, horizon=10)] == [866_357, long_us]
+    # Within twice the spread: 1,760 / 2 = 880, 13.6 ms off; c's periods spread 12 ms (6 over 2: 12 ms
+    # allowed, no), the shorter job's 7.5 (15 ms allowed, yes).
+    spread = [measured[0], MeasuredPhase(JobPhase(3, 1_760_000, 250_000, 0), 12_000)]
+    assert [p.period_us for p in same_periods(spread, horizon=10)] == [866_357, 1_760_000]
+    spread[0] = MeasuredPhase(measured[0].phase, 7_500)
+    assert [p.period_us for p in same_periods(spread, horizon=10)] == [866_357, 2 * 866_357]
+
+
 def test_the_cheapest_common_delay_and_whether_a_plan_repays_it():
     made = plan([JobPhase(1, 1000 * MS, 350 * MS, 0), JobPhase(2, 1000 * MS, 350 * MS, 700 * MS)])
     cheap = cheapest(made)

@@ -128,6 +128,21 @@ def test_a_job_that_ignores_its_shift_is_planned_again_at_most_max_plans_times()
     assert all("moved" in p.reason for p in plans[1:]), [p.reason for p in plans]
 
 
+def test_a_plan_that_held_gives_the_port_its_plans_again_when_the_periods_slip_apart():
+    # 1,000 and 1,008 ms: taken as one period (8 ms under a tenth of 1,000 over 10), they slip apart 8 ms
+    # an iteration; one plan a port: the first holds at its checks, then the slip moves them off their
+    # slots, and the port plans again, as often as it slips.
+    turns = Turns(TurnConfig(after=4, check_every=3, max_plans=1))
+    plans = feed(turns, {1: (1000, 300, 0), 2: (1008, 300, 10)}, 80, obey={1, 2})
+    moving = [p for p in plans if p.orders]
+    assert len(moving) >= 2 and all("moved" in p.reason for p in moving[1:]), [p.reason for p in plans]
+    assert _overlapped(turns, since_us=0) < 0.05          # the last 8 iterations (the tracks' samples)
+    # Where a job ignores its shifts no check finds it in its slot: still max_plans, then nothing.
+    ignored = feed(Turns(TurnConfig(after=4, check_every=3, max_plans=1)), {1: (1000, 300, 0), 2: (1008, 300, 10)},
+                   80, obey=set())
+    assert len([p for p in ignored if p.orders]) == 1
+
+
 def test_unequal_periods_are_planned_on_their_common_circle():
     turns = Turns(TurnConfig(after=4, check_every=4))
     plans = feed(turns, {1: (600, 150, 0), 2: (900, 200, 5)}, 30, obey={1, 2})
