@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import needs_bmv2, require_trusted, run_experiment
+from conftest import needs_bmv2, run_experiment, starved
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
@@ -72,9 +72,13 @@ def test_controller_and_analysis_agree_on_coverage(module_results, name):
     assert ctl["controller_coverage"] == controller_covered / len(starts)
     # Both judge in the switch's clock: the same starts covered, but for one at either end of the run.
     assert abs(analysis_covered - controller_covered) <= 2, (analysis_covered, controller_covered, len(starts))
-    # How much it covers is the prediction's only where the machine gave the switches their CPU (in a
-    # clean-clone suite under CPU steal, 18 of 23 here: 0.78); where it starved them, skipped and said so.
-    require_trusted(json.loads((run / "fidelity.json").read_text()))
-    assert ctl["iteration_coverage_after_learning"] >= 0.8
+    # These runs load this machine's two cores (three switches, a cubic flow): most are untrusted, and
+    # cover 80 % or more all the same. A miss is the prediction's unless the machine starved the switches
+    # (a clean-clone suite under CPU steal: 18 of 23, 0.78): then skipped, with the measured reason.
+    coverage = ctl["iteration_coverage_after_learning"]
+    why = starved(json.loads((run / "fidelity.json").read_text())) if coverage < 0.8 else None
+    if why:
+        pytest.skip(f"covered {coverage:.0%} of the iterations after learning, but {why}")
+    assert coverage >= 0.8
     # The forecasts are judged against the start they were for: errors of milliseconds, not a period.
     assert ctl["prediction_error_us"]["p50"] < PERIOD_MS * 1000 / 10
