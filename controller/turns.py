@@ -18,7 +18,9 @@ and its period wanders with the queue, so periods that agree within their measur
 turn_rules.py), or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two
 regular jobs whose periods differ by a few ms: on their exact common circle no shift moves any overlap
 away, while one shift keeps them apart for tens of iterations, and the checks shift again), are taken
-as one, their median, before the plan and the checks.
+as one, their median, before the plan and the checks; so is a period near a whole multiple of a shorter
+one taken as that multiple (c at 1,717 ms beside two at 866 slid across them on their LCM circle, and
+the plan left it 0.578 overlapped; on 2 x 866 it clears them, b681c74).
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
 next start (below), its communication time and its period as they would be alone (a job whose latest start
@@ -304,7 +306,12 @@ class Turns:
             if not period or not track.comms or at_us - track.starts[-1] > self.config.after * period[0]:
                 continue
             others = [c[:2] for j, t in state.tracks.items() if j != job for c in t.comms]
-            alones = [alone_us(c[:2], others) for c in track.comms]
+            # only the communications the others' kept ones cover: a job twice as slow keeps twice the
+            # history, and its collisions older than the faster jobs' samples read as alone (850 ms of 445)
+            since = max((t.comms[0][0] for j, t in state.tracks.items()
+                         if j != job and len(t.comms) == t.comms.maxlen), default=-1)
+            alones = [alone_us(c[:2], others) for c in track.comms if c[0] >= since] or \
+                [alone_us(c[:2], others) for c in track.comms]
             comm = float(statistics.median(alones))
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]

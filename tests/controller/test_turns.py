@@ -143,6 +143,17 @@ def test_a_plan_that_held_gives_the_port_its_plans_again_when_the_periods_slip_a
     assert len([p for p in ignored if p.orders]) == 1
 
 
+def test_a_job_twice_as_slow_is_planned_once_and_stays_in_its_slot():
+    # 2:1, as interleave.yaml with jobs.1.compute_ms=1460: the slow job keeps twice the faster one's
+    # history, so its collisions from before the plan outlived the faster job's samples and read as its
+    # time alone (850 ms of 445): its period read 2,082 ms, and the checks moved it four times more.
+    turns = Turns(TurnConfig())
+    plans = feed(turns, {1: (940, 410, 0), 2: (1880, 445, 5)}, 40, obey={1, 2})
+    assert [p.reason for p in plans] == ["first plan"], [(p.reason, p.fields()["comm_us"]) for p in plans]
+    assert plans[0].fields()["period_us"] == {"1": 940 * MS, "2": 1880 * MS}
+    assert _overlapped(turns, since_us=0) == 0.0
+
+
 def test_unequal_periods_are_planned_on_their_common_circle():
     turns = Turns(TurnConfig(after=4, check_every=4))
     plans = feed(turns, {1: (600, 150, 0), 2: (900, 200, 5)}, 30, obey={1, 2})
