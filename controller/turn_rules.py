@@ -21,6 +21,14 @@ def stuck(made: Plan) -> bool:
     return not any(made.shifts_us.values()) and sum(made.overlap_fraction.values()) >= MIN_GAIN
 
 
+def shared(spans: dict) -> float:
+    """The share of the jobs' communications ({job: [(start, end), ...]}) that overlapped another job's."""
+    total = sum(b - a for mine in spans.values() for a, b in mine)
+    both = sum(max(0, min(b, d) - max(a, c)) for j, mine in spans.items() for a, b in mine
+               for k, theirs in spans.items() if k != j for c, d in theirs)
+    return both / total if total > 0 else 0.0
+
+
 def mad(values: list) -> float:
     """The median absolute deviation from the median."""
     median = statistics.median(values)

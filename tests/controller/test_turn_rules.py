@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pcnlab.controller.interleave import JobPhase, plan
-from pcnlab.controller.turn_rules import MeasuredPhase, cheapest, repays, same_periods, stuck, unmoved
+from pcnlab.controller.turn_rules import MeasuredPhase, cheapest, repays, same_periods, shared, stuck, unmoved
 
 MS = 1000
 
@@ -61,3 +63,9 @@ def test_only_the_paying_jobs_overlap_repays_the_delays():
     assert made.overlap_us == 0.0 and 650 * MS <= made.shifts_us[2] < 1000 * MS
     assert repays(made, horizon=14) and not repays(made, horizon=14, paying=[2])
     assert repays(made, horizon=20, paying=[2])
+
+
+def test_the_share_of_communication_that_overlapped_another_jobs():
+    # Job 1: 0-400 and 1,000-1,400; job 2: 300-500 (100 with job 1) and 2,000-2,200 (alone): 200 of 1,200.
+    assert shared({1: [(0, 400), (1000, 1400)], 2: [(300, 500), (2000, 2200)]}) == pytest.approx(200 / 1200)
+    assert shared({1: [(0, 400)], 2: [(400, 800)]}) == 0.0 and shared({}) == 0.0

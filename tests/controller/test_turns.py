@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from pcnlab.controller.turn_rules import shared
 from pcnlab.controller.turns import TurnConfig, Turns
 
 MS = 1000
@@ -335,10 +336,7 @@ def test_a_job_that_left_the_port_is_not_planned():
 def _overlapped(turns: Turns, since_us: float) -> float:
     """The share of the jobs' communications at the port since `since_us` that overlapped another's."""
     tracks = turns._ports[("s1", 1)].tracks
-    spans = {j: [c[:2] for c in t.comms if c[0] >= since_us] for j, t in tracks.items()}
-    shared = sum(max(0, min(b, d) - max(a, c)) for j, mine in spans.items() for a, b in mine
-                 for k, theirs in spans.items() if k != j for c, d in theirs)
-    return shared / sum(b - a for mine in spans.values() for a, b in mine)
+    return shared({j: [c[:2] for c in t.comms if c[0] >= since_us] for j, t in tracks.items()})
 
 
 def test_jobs_colliding_when_planned_are_put_where_the_collision_leaves_them():
