@@ -39,15 +39,11 @@ def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def covered_by(a: float, b: float, union: list[tuple[float, float]]) -> float:
-    """How much of [a, b] the disjoint, sorted intervals cover."""
-    return float(sum(max(0.0, min(b, y) - max(a, x)) for x, y in union if x < b and y > a))
-
-
-def overlap_us(table: pd.DataFrame, context: pd.DataFrame | None = None) -> pd.Series:
-    """Per iteration row at one port: the µs of its communication ([first_in_us, last_out_us]) during which
-    another job's was under way there too: another job's rows in `context` (default: the table itself)."""
-    out = pd.Series(0.0, index=table.index)
+def overlap_spans(table: pd.DataFrame, context: pd.DataFrame | None = None) -> pd.Series:
+    """Per iteration row at one port: the (start_us, end_us) stretches of its communication ([first_in_us,
+    last_out_us]) during which another job's was under way there too: another job's rows in `context`
+    (default: the table itself)."""
+    out = pd.Series([[] for _ in table.index], index=table.index, dtype=object)
     if table.empty:
         return out
     context = table if context is None else context
@@ -55,9 +51,17 @@ def overlap_us(table: pd.DataFrame, context: pd.DataFrame | None = None) -> pd.S
         others = context[context["job"] != job]
         union = merged(list(zip(others["first_in_us"].astype(float), others["last_out_us"].astype(float))))
         mine = table[table["job"] == job]
-        out[mine.index] = [covered_by(float(a), float(b), union)
-                           for a, b in zip(mine["first_in_us"], mine["last_out_us"])]
+        out[mine.index] = pd.Series([[(max(a, x), min(b, y)) for x, y in union if x < b and y > a]
+                                     for a, b in zip(mine["first_in_us"].astype(float),
+                                                     mine["last_out_us"].astype(float))],
+                                    index=mine.index, dtype=object)
     return out
+
+
+def overlap_us(table: pd.DataFrame, context: pd.DataFrame | None = None) -> pd.Series:
+    """Per iteration row at one port: the µs of its communication during which another job's was under
+    way there too (the length of its `overlap_spans`)."""
+    return overlap_spans(table, context).map(lambda spans: float(sum(b - a for a, b in spans))).astype(float)
 
 
 def job_figures(rows: pd.DataFrame, gaps_ms: list[float], comm_ms: list[float], period_ms: float) -> dict:

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pcnlab.analysis.interference import merged  # noqa: E402
+from pcnlab.analysis.interference import overlap_spans  # noqa: E402
 
 OVERLAP_COLOUR = "tab:red"
 PLAN_COLOUR = "k"
@@ -24,16 +24,9 @@ PLAN_COLOUR = "k"
 
 def overlapped_spans(table: pd.DataFrame) -> dict[int, list[tuple[float, float]]]:
     """Per job: the (start_us, end_us) stretches of its communications at the port during which another
-    job's was under way there too (interference.overlap_us sums them; these are where they lie)."""
-    out: dict[int, list[tuple[float, float]]] = {}
-    for job in table["job"].unique():
-        others = table[table["job"] != job]
-        union = merged(list(zip(others["first_in_us"].astype(float), others["last_out_us"].astype(float))))
-        mine = table[table["job"] == job]
-        out[int(job)] = [(max(a, x), min(b, y)) for a, b in zip(mine["first_in_us"].astype(float),
-                                                                  mine["last_out_us"].astype(float))
-                         for x, y in union if x < b and y > a]
-    return out
+    job's was under way there too (interference.overlap_spans, gathered by job)."""
+    spans = overlap_spans(table)
+    return {int(job): [s for row in spans[table["job"] == job] for s in row] for job in table["job"].unique()}
 
 
 def moving_plans(plans: list[dict], port: tuple[str, int]) -> list[dict]:

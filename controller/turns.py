@@ -314,8 +314,8 @@ class Turns:
             # history, and its collisions older than the faster jobs' samples read as alone (850 ms of 445)
             since = max((t.comms[0][0] for j, t in state.tracks.items()
                          if j != job and len(t.comms) == t.comms.maxlen), default=-1)
-            alones = [alone_us(c[:2], others) for c in track.comms if c[0] >= since] or \
-                [alone_us(c[:2], others) for c in track.comms]
+            covered = [c for c in track.comms if c[0] >= since] or list(track.comms)
+            alones = [alone_us(c[:2], others) for c in covered]
             comm = float(statistics.median(alones))
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]
