@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 from pcnlab.calibration import capacity_pps
 from pcnlab.errors import UsageError
-from pcnlab.experiments.config.schema import MIN_LINK_MBPS, section_keys
+from pcnlab.experiments.config.limits import MIN_LINK_MBPS
+from pcnlab.experiments.config.schema import section_keys
 from pcnlab.experiments.config.timescale import rescaled
 from pcnlab.experiments.traffic import switch_pps
 from pcnlab.rates import rate_pps

@@ -17,8 +17,8 @@ from pcnlab.experiments.config.convert import (convert, error, first_where, fmt,
                                                 value_of)
 from pcnlab.experiments.config.runs import (BackgroundFlowConfig, JobConfig, ModeConfig, SwitchConfig, TopologyConfig,
                                             link_limit)
-from pcnlab.experiments.config.schema import (CONTAINER_KINDS, JOB_KINDS, LTP_KINDS, MAX_FLOWS, SECTIONS, TRAIN_KINDS,
-                                              section_keys)
+from pcnlab.experiments.config.limits import MAX_FLOWS
+from pcnlab.experiments.config.schema import CONTAINER_KINDS, JOB_KINDS, LTP_KINDS, SECTIONS, TRAIN_KINDS, section_keys
 from pcnlab.experiments.config.yamlpos import Raw, Where
 from pcnlab.workloads.compression_methods import error_feedback_problem
 from pcnlab.workloads.containers import DEFAULT_IMAGE, ContainerSpec, podman_available

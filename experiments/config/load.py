@@ -13,7 +13,8 @@ from pcnlab.errors import UsageError
 from pcnlab.experiments.config.build import Context, build
 from pcnlab.experiments.config.convert import error, first_where, fmt, mapping, suggest, value_of
 from pcnlab.experiments.config.runs import Experiment, RunConfig
-from pcnlab.experiments.config.schema import MAX_RUNS, section_keys
+from pcnlab.experiments.config.limits import MAX_RUNS
+from pcnlab.experiments.config.schema import section_keys
 from pcnlab.experiments.config.sweeps import (Sweep, apply_override, check_path, check_swept_base, covers, label,
                                               labels, read_sweep, set_path)
 from pcnlab.experiments.config.yamlpos import load_tree

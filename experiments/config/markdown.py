@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pcnlab.controller.dataplane import MAX_QDEPTH
 from pcnlab.controller.modes import K_PRE_MODES, MARKING_MODES, MODES
-from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, LIST_SECTIONS,
-                                              MAX_LINK_MBPS, MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG,
-                                              MAX_RUNS, RATE, REQUIRED, SAME_AS_BW, SECTIONS, TIME, TOPOLOGY_PARAMS,
-                                              Key, section_keys)
+from pcnlab.experiments.config.limits import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, MAX_LINK_MBPS,
+                                              MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG, MAX_RUNS)
+from pcnlab.experiments.config.schema import (LIST_SECTIONS, RATE, REQUIRED, SAME_AS_BW, SECTIONS, TIME,
+                                              TOPOLOGY_PARAMS, Key, section_keys)
 from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.topos import TOPOLOGIES, layout_of
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from pcnlab.analysis.fidelity_limits import FidelityConfig
-from pcnlab.experiments.config.schema import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, FILE_JOB_KIND, MAX_LINK_MBPS,
-                                             MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG, TOPOLOGY_PARAMS, default,
-                                             section_keys)
+from pcnlab.experiments.config.limits import (BMV2_FLOW_MBPS, BMV2_FLOW_MBPS_PACKET_LOG, MAX_LINK_MBPS,
+                                              MAX_LINK_MBPS_BRIDGE, MAX_LINK_MBPS_PACKET_LOG)
+from pcnlab.experiments.config.schema import FILE_JOB_KIND, TOPOLOGY_PARAMS, default, section_keys
 from pcnlab.rates import rate_pps
 from pcnlab.topologies.topos import make_topology
 from pcnlab.workloads.catalog import process_model

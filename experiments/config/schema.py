@@ -1,5 +1,5 @@
-"""The experiment file's schema: the limits one machine imposes, and every key (`Key`) of every section
-(`SECTIONS`) and topology (`TOPOLOGY_PARAMS`), with its type, unit, default, allowed values and meaning.
+"""The experiment file's schema: every key (`Key`) of every section (`SECTIONS`) and topology
+(`TOPOLOGY_PARAMS`), with its type, unit, default, allowed values and meaning; its bounds from limits.py.
 
 The package reads this table: converters check values against it, typed configs take their defaults from
 it, sweeps and --set list its dotted keys, reference_markdown() renders it as docs/yaml-reference.md.
@@ -19,6 +19,8 @@ from pcnlab.controller.modes import DROPTAIL, K, K_PRE, K_PRE_MODES, MARKING_MOD
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.controller.windows import GUARD_US
 from pcnlab.analysis.reference import REFERENCES
+from pcnlab.experiments.config.limits import (MAX_BYTES, MAX_DURATION_S, MAX_LINK_MBPS_PACKET_LOG, MAX_RUNS,
+                                              MAX_TIME_SCALE, MIN_LINK_MBPS)
 from pcnlab.topologies.topos import HOST_QUEUES, MAX_HOSTS, MAX_SWITCHES, SWITCH_KINDS, TOPOLOGIES
 from pcnlab.workloads.catalog import MODELS
 from pcnlab.workloads.compression_methods import CHOICES as COMPRESSIONS, DEFAULT_ERROR_FEEDBACK, DEFAULT_RATIO
@@ -29,25 +31,6 @@ from pcnlab.workloads.containers import DEFAULT_IMAGE
 from pcnlab.workloads.specs import JOB_KINDS as LAUNCHER_JOB_KINDS, TORCH_KINDS
 
 FIDELITY = FidelityConfig()   # the fidelity section's defaults, from the check that owns them
-
-# --- limits -------------------------------------------------------------------------------------
-
-# One TCP flow through one BMv2 switch reaches about BMV2_FLOW_MBPS on the fast build and
-# BMV2_FLOW_MBPS_PACKET_LOG on the logging build (packet_log) on a 2-core machine. A link must stay well
-# below that so the configured queue rate, not the switch's CPU, is the bottleneck, with room for several
-# flows, telemetry clones and the controller on the same cores.
-BMV2_FLOW_MBPS = 450
-BMV2_FLOW_MBPS_PACKET_LOG = 200
-MAX_LINK_MBPS = 100.0
-MAX_LINK_MBPS_PACKET_LOG = 50.0
-MAX_LINK_MBPS_BRIDGE = 1000.0      # Linux bridge + tc: not CPU-bound at these rates
-MIN_LINK_MBPS = 0.1
-MAX_RUNS = 1000                    # sweep points x repetitions
-MAX_FLOWS = 500                    # background flows (src x dst pairs): two iperf3 processes each
-MAX_DURATION_S = 86_400            # no time of an experiment is longer than a day (durations, periods)
-MAX_BYTES = 1 << 30                # a burst or an answer, which the generator holds in memory: 1 GiB
-MAX_TIME_SCALE = 100.0             # time_scale: a machine this much slower than the regime's
-
 
 # --- the words of the file -------------------------------------------------------------------------
 

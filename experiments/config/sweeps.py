@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcnlab.experiments.config.convert import convert, error, fmt, suggest
-from pcnlab.experiments.config.schema import (LIST_SECTIONS, MAX_RUNS, NOT_SWEPT, SECTIONS, SHORTHAND,
-                                              TOPOLOGY_PARAMS, by_name, section_keys)
+from pcnlab.experiments.config.limits import MAX_RUNS
+from pcnlab.experiments.config.schema import (LIST_SECTIONS, NOT_SWEPT, SECTIONS, SHORTHAND, TOPOLOGY_PARAMS, by_name,
+                                              section_keys)
 from pcnlab.experiments.config.yamlpos import Raw, Where, parse_scalar
 
 

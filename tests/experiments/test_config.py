@@ -13,7 +13,8 @@ import yaml
 from config_files import MINIMAL, write_file
 
 from pcnlab.experiments.config import Experiment, RunConfig, load_experiment
-from pcnlab.experiments.config.schema import MAX_LINK_MBPS, TOPOLOGY_PARAMS
+from pcnlab.experiments.config.limits import MAX_LINK_MBPS
+from pcnlab.experiments.config.schema import TOPOLOGY_PARAMS
 from pcnlab.topologies.topos import TOPOLOGIES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config import load_experiment
-from pcnlab.experiments.config.schema import MAX_LINK_MBPS
+from pcnlab.experiments.config.limits import MAX_LINK_MBPS
 from pcnlab.workloads import JobSpec
 from pcnlab.workloads.catalog import MODELS
 
