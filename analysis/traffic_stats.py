@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 
 BURSTINESS_SCALES_MS = (1, 5, 10, 50, 100)
 
@@ -133,6 +132,8 @@ def mean_ci95(values) -> tuple[float, float]:
         return float("nan"), float("nan")
     if data.size == 1:
         return float(data[0]), float("nan")
+    import scipy.stats   # here, not at the top: 1.1 s of every `pcnlab run`'s start, for runs that have no interval
+
     half = scipy.stats.t.ppf(0.975, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size)
     return float(data.mean()), float(half)
 
@@ -143,5 +144,7 @@ def diff_ci95(values, baseline) -> tuple[float, float]:
     a, b = finite(values), finite(baseline)
     if a.size < 2 or b.size < 2 or (a.std() == 0 and b.std() == 0):
         return float("nan"), float("nan")
+    import scipy.stats
+
     ci = scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     return float(ci.low), float(ci.high)

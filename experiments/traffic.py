@@ -14,11 +14,18 @@ paths but no progressive filling), and the model is a few lines of plain Python.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import json
 import math
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 
+from pcnlab.files import write_atomic
 from pcnlab.rates import FRAME_BYTES, rate_pps
 from pcnlab.topologies.routing import compute_routes, ports_of
+from pcnlab.workloads.datasets import cache_dir
 from pcnlab.workloads.specs import JobSpec
 
 ACKS_PER_PACKET = 0.5          # TCP's delayed ACK (and LTP's, workloads/ltp/acks.py): one per two segments
@@ -80,10 +87,38 @@ def _iteration_bytes(spec: JobSpec) -> tuple[float, float]:
 
 @functools.lru_cache(maxsize=None)
 def model_parameters(model: str, profile_scale: float) -> int:
-    """A PyTorch model's parameters, counted on the model the workers build (workloads/models.py)."""
+    """A PyTorch model's parameters, counted on the model the workers build (workloads/models.py), once
+    per version of the code that builds it and of PyTorch: the count is kept in the cache folder under
+    their digest (`pcnlab run` imported PyTorch for it: 2.4 s of every PyTorch run's start, and of its
+    --dry-run). A cache that cannot be read is counted again; one that cannot be written is left."""
+    path = cache_dir() / f"parameters-{_builder_digest()}.json"
+    key = f"{model}@{profile_scale!r}"
+    try:
+        known = json.loads(path.read_text())
+        if isinstance(known.get(key), int):
+            return known[key]
+    except (OSError, ValueError, AttributeError):
+        known = {}
     from pcnlab.workloads.models import build_model
 
-    return sum(p.numel() for p in build_model(model, 0, profile_scale).parameters())
+    count = sum(p.numel() for p in build_model(model, 0, profile_scale).parameters())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({**(known if isinstance(known, dict) else {}), key: count}))
+    except OSError:
+        pass
+    return count
+
+
+def _builder_digest() -> str:
+    """The digest of what decides a model's parameters: the modules that build it, and PyTorch's version."""
+    try:
+        digest = hashlib.sha256(metadata.version("torch").encode())
+    except metadata.PackageNotFoundError:     # counting imports it, and says so
+        digest = hashlib.sha256(b"no torch")
+    for module in ("models", "profiles", "catalog", "process_config"):
+        digest.update(Path(importlib.util.find_spec(f"pcnlab.workloads.{module}").origin).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def switch_pps(run, topologies: dict | None = None) -> dict[str, float]:

@@ -3,6 +3,10 @@ shortest iteration (the fit's estimate of each switch's packets: tests/experimen
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +153,25 @@ def test_each_shard_of_a_ps_is_capped_at_the_whole_model(tmp_path):
                               "    compute_ms: 100")
     assert len(job_flows(spec)) == 8
     assert [f.cap_pps for f in job_flows(spec)] == [pytest.approx(4 * 9_610 / 1448 / 0.1)] * 8
+
+
+def test_a_models_parameters_are_counted_once_per_version_of_its_code_then_read_without_pytorch(tmp_path):
+    env = {**os.environ, "PCNLAB_CACHE": str(tmp_path)}
+    count = ("import sys; from pcnlab.experiments.traffic import model_parameters; "
+             "print(model_parameters('digits-mlp', 0.01), 'torch' in sys.modules)")
+
+    def counted() -> str:
+        done = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    assert counted() == ["9610", "True"]                  # built once (PyTorch imported) ...
+    cached, = tmp_path.glob("parameters-*.json")
+    assert json.loads(cached.read_text()) == {"digits-mlp@0.01": 9610}
+    assert counted() == ["9610", "False"]                 # ... then read, without importing PyTorch
+    cached.write_text("{not json")                        # a cut cache is counted again, and mended
+    assert counted() == ["9610", "True"]
+    assert json.loads(cached.read_text()) == {"digits-mlp@0.01": 9610}
+    # A cache of other code (another digest in its name) is not read: a wrong count there changes nothing.
+    (tmp_path / "parameters-0000000000000000.json").write_text(json.dumps({"digits-mlp@0.01": 1}))
+    assert counted() == ["9610", "False"]
