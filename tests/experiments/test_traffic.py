@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from pcnlab.experiments.config import load_experiment
-from pcnlab.experiments.traffic import SEGMENT_BYTES, Flow, job_flows, model_parameters, switch_pps
+from pcnlab.experiments.traffic import (SEGMENT_BYTES, Flow, backlogged_background, job_flows, model_parameters,
+                                        switch_pps)
+from pcnlab.topologies.routing import ports_of
 from pcnlab.rates import rate_pps
 from pcnlab.workloads.specs import JobSpec
 
@@ -175,3 +177,19 @@ def test_a_models_parameters_are_counted_once_per_version_of_its_code_then_read_
     # A cache of other code (another digest in its name) is not read: a wrong count there changes nothing.
     (tmp_path / "parameters-0000000000000000.json").write_text(json.dumps({"digits-mlp@0.01": 1}))
     assert counted() == ["9610", "False"]
+
+
+def test_the_backlogged_background_flows_are_counted_at_each_port_they_leave_by():
+    # interleave.yaml with a cubic flow into h1 (the pcn case of docs/results.md): one at s1's port to h1.
+    run = runs_of("interleave", ["alone=false", "topology.hosts=6",
+                                 "background=[{src: h6, dst: h1, cc: cubic, ecn: true}]"])[0]
+    topo = run.topology.build()
+    to_h1 = next(port for port, peer in ports_of(topo, "s1").items() if peer == "h1")
+    assert backlogged_background(run, topo) == {("s1", to_h1): 1}
+    # A flow with a rate of its own is not backlogged; two flows on the tree's shared uplink count twice there.
+    capped = runs_of("interleave", ["alone=false", "topology.hosts=6",
+                                    "background=[{src: h6, dst: h1, rate: 5}]"])[0]
+    assert backlogged_background(capped, capped.topology.build()) == {}
+    tree = runs_of("pcn-paper")[0]
+    counts = backlogged_background(tree, tree.topology.build())
+    assert sum(counts.values()) >= len(tree.background) and max(counts.values()) >= 2, counts
