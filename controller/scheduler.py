@@ -38,15 +38,14 @@ MAX_SLEEP_S = 0.05
 
 class PcnScheduler:
     def __init__(self, controller: PcnController, events: EventLog, planner: PlannerConfig,
-                 arm: bool = True, channel: ShiftChannel | None = None, background: dict | None = None):
+                 arm: bool = True, channel: ShiftChannel | None = None):
         """`arm=False` learns and logs predictions without writing windows (the baselines' runs).
-        `channel`: jobs that share a port take turns (turns.py), their shifts sent over it; `background`:
-        (switch, port) -> the backlogged flows besides the jobs there, which the turns' model counts."""
+        `channel`: jobs that share a port take turns (turns.py), their shifts sent over it."""
         self.controller = controller
         self.events = events
         self.arm = arm
         self.channel = channel
-        self.turns = Turns(background=background) if channel is not None else None
+        self.turns = Turns() if channel is not None else None
         self._probed: set[int] = set()                 # jobs asked whether they listen for shifts
         self._answered: set[int] = set()               # and those whose answer came
         self._heard: set[int] = set()                  # and those a process of which answered

@@ -27,11 +27,10 @@ next start (below), its communication time and its period as they would be alone
 is `after` periods old has left the port, and is not planned). While k jobs send at once each gets a
 k-th of the port, so a communication that overlapped others' took longer than it needs: its time
 alone is each stretch of it over the number of jobs sending then (fluid.alone_us, the median of the
-recent ones; beside b backlogged background flows, which the runner counts, a (1 + b) / (k + b)
-share). A job paced by its compute (its silences vary no more than its periods: a steady collision,
-where neither varies, is taken as compute-paced, as training is; read from three communications on a
-loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its first plan moved
-nobody, and the next check's, 2.3 s later, read 800 and moved it; the other way, two of
+recent ones). A job paced by its compute (its silences vary no more than its periods: a steady
+collision, where neither varies, is taken as compute-paced, as training is; read from three
+communications on a loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its
+first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it; the other way, two of
 four first plans read a colliding compute-paced job as a clock, its periods varying 0-1 ms and its
 silences 2-3 ms, 35c646d. Taking silences within 2 % of their median as a compute's instead (e0655f6,
 reverted) read two steadily colliding clocked jobs so for good: their periods varied 7-130 µs, their
@@ -101,7 +100,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pcnlab.controller.fluid import Sender, alone_us, first_starts
@@ -148,7 +147,6 @@ class PlanRecord:
     left_out: tuple = ()
     orders: tuple[ShiftOrder, ...] = ()
     margin_us: float = 0.0            # every moved job's slot this much later than planned (see _plan)
-    background: int = 0               # the port's backlogged flows besides the jobs (fluid.py)
 
     def fields(self) -> dict:
         p = self.plan
@@ -161,7 +159,7 @@ class PlanRecord:
                 "overlap_before": {str(j): round(f, 3) for j, f in p.before_fraction.items()},
                 "overlap_after": {str(j): round(f, 3) for j, f in p.overlap_fraction.items()},
                 "clearance_us": round(p.clearance_us) if p.clearance_us != float("inf") else None,
-                "margin_us": round(self.margin_us), "background": self.background,
+                "margin_us": round(self.margin_us),
                 "starts_us": {str(o.job): round(o.start_us) for o in self.orders if o.start_us is not None}}
 
 
@@ -200,9 +198,8 @@ class _Port:
 class Turns:
     """The turns of the jobs at every port of every switch; see the module's note."""
 
-    def __init__(self, config: TurnConfig | None = None, background: Mapping[tuple[str, int], int] | None = None):
+    def __init__(self, config: TurnConfig | None = None):
         self.config = config or TurnConfig()
-        self.background = dict(background or {})   # (switch, port) -> its backlogged flows besides the jobs
         self._ports: dict[tuple[str, int], _Port] = {}
         self._owner: dict[int, tuple[str, int]] = {}   # job -> the port whose plan shifts it
         self._fixed: set[int] = set()                  # jobs without the channel
@@ -235,7 +232,7 @@ class Turns:
         if not split or (gap_us is not None and idle_us is not None and idle_us <= gap_us):
             return None
         self._add(track, t_us, idle_us)
-        now = self._phases(key, state, at[1])  # the port as it is now: for the foresight, a plan and a check
+        now = self._phases(state, at[1])      # the port as it is now: for the foresight, a plan and a check
         self._foresee(state, job, t_us, idle_us, at[1], now)
         if state.plan is None:
             return self._plan(key, state, at, now, "first plan") if self._ready(state) else None
@@ -303,12 +300,11 @@ class Turns:
         ready = [j for j, t in state.tracks.items() if len(t.starts) >= self.config.after and t.comms]
         return len(ready) >= 2 and state.plans < self.config.max_plans
 
-    def _phases(self, key: tuple[str, int], state: _Port, at_us: int) -> dict[int, MeasuredPhase]:
+    def _phases(self, state: _Port, at_us: int) -> dict[int, MeasuredPhase]:
         """Each job's phase as it would be alone, its start the first one a shift sent now can move (the
         fluid model of the port from the jobs' latest starts, fluid.first_starts); a job whose latest
         start is `after` of its periods before `at_us` has left the port (or paused) and is not planned."""
         found, senders = {}, []
-        background = self.background.get(key, 0)
         for job, track in state.tracks.items():
             period = track.period_us()
             if not period or not track.comms or at_us - track.starts[-1] > self.config.after * period[0]:
@@ -319,7 +315,7 @@ class Turns:
             since = max((t.comms[0][0] for j, t in state.tracks.items()
                          if j != job and len(t.comms) == t.comms.maxlen), default=-1)
             covered = [c for c in track.comms if c[0] >= since] or list(track.comms)
-            alones = [alone_us(c[:2], others, background) for c in covered]
+            alones = [alone_us(c[:2], others) for c in covered]
             comm = float(statistics.median(alones))
             silences = [n - e for _, e, n in track.comms]
             gaps = [n - s for s, _, n in track.comms]
@@ -334,7 +330,7 @@ class Turns:
             found[job] = period[1]
         known = [c[:2] for t in state.tracks.values() for c in t.comms]
         try:
-            starts = first_starts(senders, at_us, known, background)
+            starts = first_starts(senders, at_us, known)
         except RuntimeError:                 # a moment far from the starts (a clock map gone wrong): not now
             return {}
         return {s.job: MeasuredPhase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
@@ -396,4 +392,4 @@ class Turns:
             state.foreseen.clear()
             state.waiting = {o.job: at[1] for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
-                          state.left_out, orders, margin if moves else 0.0, self.background.get(key, 0))
+                          state.left_out, orders, margin if moves else 0.0)

@@ -19,7 +19,6 @@ from pcnlab.controller.shift_channel import ShiftChannel, Target
 from pcnlab.controller.endpoints import SwitchEndpoint
 from pcnlab.controller.windows import PlannerConfig
 from pcnlab.experiments.config.runs import RunConfig
-from pcnlab.experiments.traffic import backlogged_background
 
 
 def flow_classes(run: RunConfig, ips: dict[str, str]) -> tuple[FlowClass, ...]:
@@ -66,8 +65,7 @@ def start_controller(run: RunConfig, topo, endpoints: Sequence[SwitchEndpoint], 
                                dataplane=dataplane_configs(run, topo, endpoints))
     scheduler = PcnScheduler(controller, events,
                              PlannerConfig(**run.mode.planner_kwargs(), port_rates=port_rates(endpoints)),
-                             arm=run.mode.kind in WINDOW_MODES, channel=ShiftChannel() if run.mode.interleave else None,
-                             background=backlogged_background(run, topo) if run.mode.interleave else None)
+                             arm=run.mode.kind in WINDOW_MODES, channel=ShiftChannel() if run.mode.interleave else None)
     thread = ControllerThread(controller).start()
     events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre)
     return thread, scheduler

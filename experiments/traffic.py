@@ -149,22 +149,6 @@ def switch_pps(run, topologies: dict | None = None) -> dict[str, float]:
     return loads
 
 
-def backlogged_background(run, topo) -> dict[tuple[str, int], int]:
-    """(switch, port) -> the background flows without a rate of their own (backlogged TCP) that leave
-    the switch by that port, towards their receivers: the shares the jobs there do not get (the turns'
-    model, controller/fluid.py). A flow that a `schedule:` starts or stops later is counted all along."""
-    paths = _Paths(topo)
-    out: dict[tuple[str, int], int] = {}
-    for flow in run.background:
-        if flow.rate or flow.src == flow.dst:
-            continue
-        for a, b in paths.links(flow.src, flow.dst):
-            if topo.isSwitch(a):
-                port = next(n for n, peer in paths.ports[a].items() if peer == b)
-                out[(a, port)] = out.get((a, port), 0) + 1
-    return out
-
-
 def max_min(demands, capacity: dict) -> list[float]:
     """Progressive filling: every flow's rate grows alike until a link it uses (weighted by its packets
     there per data packet) is full or it reaches its own cap; then it stays, and the others grow on."""

@@ -54,15 +54,3 @@ def test_communications_that_are_over_hold_their_share_while_they_lasted():
     # a finished communication of another job covered 0-200: a's 300 go at half the port until 200
     a = Sender("a", 0, 300, 1000, silence_us=700)
     assert first_starts([a], at_us=10, known=[(0, 200), (-500, -100)]) == {"a": pytest.approx(400 + 700)}
-
-
-def test_backlogged_background_flows_take_their_share_alone_and_together():
-    # Beside one backlogged flow a job alone has half the port; two jobs a third each: a stretch where
-    # both sent took 3/2 of its time alone (beside the flow), not 2.
-    assert alone_us((0, 400), [], background=1) == 400
-    assert alone_us((0, 400), [(100, 300)], background=1) == pytest.approx(100 + 200 * 2 / 3 + 100)
-    a = Sender("a", 0, 600, 1400, silence_us=800)
-    b = Sender("b", 0, 600, 1400, silence_us=800)
-    assert first_starts([a], at_us=10, background=1) == {"a": pytest.approx(600 + 800)}
-    assert first_starts([a, b], at_us=10, background=1) == {"a": pytest.approx(900 + 800), "b": pytest.approx(900 + 800)}
-    assert first_starts([a, b], at_us=10) == {"a": pytest.approx(1200 + 800), "b": pytest.approx(1200 + 800)}

@@ -15,7 +15,7 @@ import time
 from types import SimpleNamespace
 
 from conftest import ROOT, needs_root
-from port_model import feed
+from test_turns import feed
 from pcnlab.controller.events import EventLog
 from pcnlab.controller.scheduler import PcnScheduler
 from pcnlab.controller.shift_channel import SETTLE_S, ShiftChannel, Target

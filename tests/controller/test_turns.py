@@ -11,7 +11,57 @@ import pytest
 
 from pcnlab.controller.turn_rules import shared
 from pcnlab.controller.turns import TurnConfig, Turns
-from port_model import MS, feed
+
+MS = 1000
+
+
+def feed(turns: Turns, jobs: dict, iterations: int, obey: set = frozenset(), port: int = 1, from_ms: int = 0,
+         clocked: set = frozenset(), lead_ms: float = 50, longer: dict | None = None, seen: list | None = None) -> list:
+    """Jobs {job: (period_ms, comm_ms, first_start_ms)} at one port (from `from_ms` on), as a fluid model of
+    it: alone a job sends for comm_ms; while k send at once each gets a k-th of it, so each one's
+    communication stretches. A job decides its next start as its communication ends: paced by its compute,
+    period_ms - comm_ms after its last packet; one in `clocked`, period_ms after its last start (no sooner
+    than that end; `longer` {job: {iteration: ms}}: that silence longer). Each start is fed (and put in
+    `seen` as (job, µs)) with the silence since the job's last packet, and the moment a plan
+    made then holds from (`lead_ms` later: the channel's); each job in `obey` starts the first
+    communication it decides from that moment on no sooner than the slot ordered for it. The plans."""
+    nxt = {j: float((from_ms + first) * MS) for j, (_, _, first) in jobs.items()}   # None while it sends
+    left: dict = {}                      # a sending job's work left (µs of the port alone)
+    last = {j: None for j in jobs}       # the job's last packet at the port
+    clock = {j: 0.0 for j in jobs}       # a clocked job's next tick
+    orders: list = []                    # (from when it holds, job, slot) not yet taken
+    count = {j: 0 for j in jobs}
+    plans, t = [], 0.0
+    while min(count.values()) < iterations:
+        events = [(t + w * len(left), 0, j) for j, w in left.items()]
+        events += [(s, 1, j) for j, s in nxt.items() if s is not None]
+        when, starting, job = min(events)
+        for j in left:
+            left[j] -= (when - t) / len(left)
+        t = when
+        period, comm, _ = jobs[job]
+        if not starting:
+            del left[job]
+            last[job] = t
+            taken = [o for o in orders if o[1] == job and o[0] <= t]
+            orders = [o for o in orders if o not in taken]
+            decided = max(clock[job], t) if job in clocked else t + (period - comm) * MS
+            decided += (longer or {}).get(job, {}).get(count[job], 0) * MS
+            nxt[job] = max([decided] + [o[2] for o in taken])
+            continue
+        assert job not in left, f"job {job} starts again while it sends: the switch would see one burst"
+        nxt[job], clock[job] = None, t + period * MS
+        left[job] = float(comm * MS)
+        count[job] += 1
+        if seen is not None:
+            seen.append((job, t))
+        holds = round(t + lead_ms * MS)
+        record = turns.on_start("s1", port, job, round(t), None if last[job] is None else round(t - last[job]),
+                                holds_us=holds)
+        if record is not None:
+            plans.append(record)
+            orders += [(holds, o.job, o.start_us) for o in record.orders if o.job in obey]
+    return plans
 
 
 def test_two_equal_jobs_starting_together_are_planned_half_a_period_apart_once():
@@ -341,18 +391,3 @@ def test_a_wait_for_a_slot_is_not_counted_as_lateness():
     (first,) = [p for p in plans if p.orders]
     state = turns._ports[("s1", 1)]
     assert not state.waiting and max(state.late) <= first.margin_us, (list(state.late), first.margin_us)
-
-
-def test_beside_a_backlogged_flow_a_job_alone_is_read_as_it_is_beside_that_flow():
-    # interleave.yaml's jobs fitting beside a cubic flow (64c22b6): 600 ms of a 1,400 ms iteration beside
-    # the flow alone; while both jobs send each gets a third of the port, not half. Counting the jobs only,
-    # their time alone was read short (481-554 of 593-606 ms), and the slots planned too.
-    jobs = {1: (1400, 600, 0), 2: (1400, 600, 10)}
-    short = feed(Turns(TurnConfig(after=4, check_every=3)), jobs, 40, obey={1, 2}, background=1)
-    assert max(short[0].fields()["comm_us"].values()) < 0.8 * 600 * MS, short[0].fields()
-    assert "from its slot" in short[1].reason          # its slot was short: the job came late to it
-    turns = Turns(TurnConfig(after=4, check_every=3), background={("s1", 1): 1})
-    plans = feed(turns, jobs, 40, obey={1, 2}, background=1)
-    assert plans[0].fields()["comm_us"] == {"1": pytest.approx(600 * MS, rel=0.01), "2": pytest.approx(600 * MS, rel=0.01)}
-    assert plans[0].fields()["background"] == 1 and [p.reason for p in plans] == ["first plan"]
-    assert _overlapped(turns, since_us=0) == 0.0

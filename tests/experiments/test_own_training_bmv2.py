@@ -19,9 +19,11 @@ from pcnlab.workloads.containers import container_exists
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
 STEPS = 30   # ~7 reports an iteration: 30 push the setup pauses out of the 128 silences G is learned from (at 20, CI found 2)
+# bw 16: at 20 the fit put s1 at about 5,000 packets/s, and a clean-clone suite whose calibration measured
+# 4,900 with telemetry on every packet refused the run (2026-11-30; the slow VM of ../shared/machines: 4,976)
 SPEC = """
 name: own
-topology: {{kind: star, hosts: 4, bw: 20, queue: 60}}
+topology: {{kind: star, hosts: 4, bw: 16, queue: 60}}
 mode: {{kind: ecn, K: 40, K_pre: 10}}
 telemetry: 1
 jobs:

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from pcnlab.experiments.config import load_experiment
-from pcnlab.experiments.traffic import (SEGMENT_BYTES, Flow, backlogged_background, job_flows, model_parameters,
-                                        switch_pps)
-from pcnlab.topologies.routing import ports_of
+from pcnlab.experiments.traffic import SEGMENT_BYTES, Flow, job_flows, model_parameters, switch_pps
 from pcnlab.rates import rate_pps
 from pcnlab.workloads.specs import JobSpec
 
@@ -157,39 +155,22 @@ def test_each_shard_of_a_ps_is_capped_at_the_whole_model(tmp_path):
     assert [f.cap_pps for f in job_flows(spec)] == [pytest.approx(4 * 9_610 / 1448 / 0.1)] * 8
 
 
-def test_a_models_parameters_are_counted_once_per_version_of_its_code_then_read_without_pytorch(tmp_path):
-    env = {**os.environ, "PCNLAB_CACHE": str(tmp_path)}
-    count = ("import sys; from pcnlab.experiments.traffic import model_parameters; "
-             "print(model_parameters('digits-mlp', 0.01), 'torch' in sys.modules)")
-
-    def counted() -> str:
-        done = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, env=env, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout.split()
-
-    assert counted() == ["9610", "True"]                  # built once (PyTorch imported) ...
+def test_a_models_parameters_are_counted_once_per_version_of_its_code_then_read_without_pytorch(tmp_path,
+                                                                                              monkeypatch):
+    monkeypatch.setenv("PCNLAB_CACHE", str(tmp_path))
+    count = model_parameters.__wrapped__                  # past the process's own memo
+    assert count("digits-mlp", 0.01) == 9610              # built once ...
     cached, = tmp_path.glob("parameters-*.json")
     assert json.loads(cached.read_text()) == {"digits-mlp@0.01": 9610}
-    assert counted() == ["9610", "False"]                 # ... then read, without importing PyTorch
+    read = ("import sys; from pcnlab.experiments.traffic import model_parameters; "
+            "print(model_parameters('digits-mlp', 0.01), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PCNLAB_CACHE": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.split() == ["9610", "False"], done.stderr[-2000:]  # ... then read
     cached.write_text("{not json")                        # a cut cache is counted again, and mended
-    assert counted() == ["9610", "True"]
-    assert json.loads(cached.read_text()) == {"digits-mlp@0.01": 9610}
-    # A cache of other code (another digest in its name) is not read: a wrong count there changes nothing.
+    assert count("digits-mlp", 0.01) == 9610 and json.loads(cached.read_text()) == {"digits-mlp@0.01": 9610}
+    cached.write_text(json.dumps({"digits-mlp@0.01": 1}))  # what the cache holds is what is read ...
+    assert count("digits-mlp", 0.01) == 1
+    cached.unlink()                                       # ... and only the cache of this code: another's is not
     (tmp_path / "parameters-0000000000000000.json").write_text(json.dumps({"digits-mlp@0.01": 1}))
-    assert counted() == ["9610", "False"]
-
-
-def test_the_backlogged_background_flows_are_counted_at_each_port_they_leave_by():
-    # interleave.yaml with a cubic flow into h1 (the pcn case of docs/results.md): one at s1's port to h1.
-    run = runs_of("interleave", ["alone=false", "topology.hosts=6",
-                                 "background=[{src: h6, dst: h1, cc: cubic, ecn: true}]"])[0]
-    topo = run.topology.build()
-    to_h1 = next(port for port, peer in ports_of(topo, "s1").items() if peer == "h1")
-    assert backlogged_background(run, topo) == {("s1", to_h1): 1}
-    # A flow with a rate of its own is not backlogged; two flows on the tree's shared uplink count twice there.
-    capped = runs_of("interleave", ["alone=false", "topology.hosts=6",
-                                    "background=[{src: h6, dst: h1, rate: 5}]"])[0]
-    assert backlogged_background(capped, capped.topology.build()) == {}
-    tree = runs_of("pcn-paper")[0]
-    counts = backlogged_background(tree, tree.topology.build())
-    assert sum(counts.values()) >= len(tree.background) and max(counts.values()) >= 2, counts
+    assert count("digits-mlp", 0.01) == 9610
