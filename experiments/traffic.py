@@ -95,16 +95,17 @@ def model_parameters(model: str, profile_scale: float) -> int:
     key = f"{model}@{profile_scale!r}"
     try:
         known = json.loads(path.read_text())
-        if isinstance(known.get(key), int):
-            return known[key]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError):
         known = {}
+    known = known if isinstance(known, dict) else {}
+    if isinstance(known.get(key), int):
+        return known[key]
     from pcnlab.workloads.models import build_model
 
     count = sum(p.numel() for p in build_model(model, 0, profile_scale).parameters())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({**(known if isinstance(known, dict) else {}), key: count}))
+        write_atomic(path, json.dumps({**known, key: count}))
     except OSError:
         pass
     return count
