@@ -1,15 +1,15 @@
 """The rules a port's plan follows beyond the interleaving core (interleave.py), for turns.py: which
 measured periods are taken as one (`same_periods`), the cheapest common delay where no job is fixed
 (`cheapest`), whether a plan's delays repay the overlap it removes (`repays`), the plan that moves
-nobody (`unmoved`), and when such a plan is made again (`stuck`). Pure; the reasons for each are in
-turns.py's note."""
+nobody (`unmoved`), when such a plan is made again (`stuck`), and which jobs beside a fixed one are held
+back before they reach it (`closing`). Pure; the reasons for each are in turns.py's note."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, replace
 
-from pcnlab.controller.interleave import JobPhase, Plan, clearance, fractions
+from pcnlab.controller.interleave import JobPhase, Plan, clearance, fractions, room, unified_circle
 
 SAME = 2.0       # periods within this many times the larger one's spread (median absolute deviation) are one
 SLIP = 0.1       # periods that slip apart by less than this share of a period over the horizon are one
@@ -41,6 +41,7 @@ class MeasuredPhase:
 
     phase: JobPhase
     spread_us: float              # the period's median absolute deviation
+    seen_us: float = 0.0          # its median start to start, as seen (the phase's period is as it would be alone)
 
 
 def same_periods(phases, horizon: int, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
@@ -112,3 +113,25 @@ def unmoved(made: Plan) -> Plan:
     return replace(made, shifts_us={p.job: 0.0 for p in made.phases},
                    overlap_fraction=fractions(made.phases, shifts, made.circle),
                    clearance_us=clearance(made.phases, shifts, made.circle))
+
+
+def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
+    """Beside a fixed anchor (`phases[0]`, from `same_periods`) that cannot be moved: each job on one period
+    with it that comes closer to the communication before its own each period (its start to start, as seen
+    in `measured` {job: MeasuredPhase}, is shorter than the anchor's) and has less room ahead of its start
+    than it may cross before the check after next: `check_every` + 1 periods of that slip and of both
+    periods' spreads. {job: (its room ahead, that reach)}, in µs, for those with more room behind it, where
+    a delay moves it away."""
+    circle = unified_circle([p.period_us for p in phases])
+    anchor = measured[phases[0].job]
+    out = {}
+    for i, p in enumerate(phases[1:], 1):
+        m = measured[p.job]
+        slip = anchor.seen_us - m.seen_us
+        if circle.periods_us[i] != circle.periods_us[0] or slip <= 0:
+            continue
+        reach = (check_every + 1) * (slip + anchor.spread_us + m.spread_us)
+        ahead, behind = room(phases, [0.0] * len(phases), circle, i)
+        if 0 < ahead < reach and behind > ahead:
+            out[p.job] = (ahead, reach)
+    return out

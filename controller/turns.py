@@ -9,91 +9,64 @@ its next start, which that start's report gives (its time minus the silence befo
 switch reports a burst's end only when other traffic comes to the port, so it is not waited for). Only
 the starts the job's segmenter takes for iterations once it has split its silences count: before, its
 flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
-Those before the split that it takes for starts count too (`earlier`: the track begins with them; the
-scheduler gives them once the job's probe has answered): waiting for `after` starts from the split
-instead, two jobs' first plan came 4 starts after the split, at 9.97 s of 5.29 s (64c22b6), and the
-starts from 2.66 s were known.
-Periods are measured, not declared: a job paced by its compute and its communication has no clock
-and its period wanders with the queue, so periods that agree within their measured spread (`SAME`,
-turn_rules.py), or that slip apart by less than `SLIP` of a period over the plan's `horizon` (two
-regular jobs whose periods differ by a few ms: on their exact common circle no shift moves any overlap
-away, while one shift keeps them apart for tens of iterations, and the checks shift again), are taken
-as one, their median, before the plan and the checks; so is a period near a whole multiple of a shorter
-one taken as that multiple (c at 1,717 ms beside two at 866 slid across them on their LCM circle, and
-the plan left it 0.578 overlapped; on 2 x 866 it clears them, b681c74).
+Those before the split that it takes for starts count too (`earlier`): waiting for `after` starts from
+the split instead, two jobs' first plan came at 9.97 s where the starts from 2.66 s were known (64c22b6).
+Periods are measured, not declared: a job paced by its compute has no clock and its period wanders with
+the queue, so periods that agree within their measured spread (`SAME`, turn_rules.py), or that slip
+apart by less than `SLIP` of a period over the plan's `horizon` (on their exact common circle no shift
+moves any overlap away, while one shift keeps them apart for tens of iterations), are taken as one,
+their median; a period near a whole multiple of a shorter one is taken as that multiple (c at 1,717 ms
+beside two at 866 slid across them on their LCM circle, 0.578 overlapped; on 2 x 866 it clears them,
+b681c74).
 
-A port is planned once at least two jobs have shown `after` starts there: each job's phase is its
-next start (below), its communication time and its period as they would be alone (a job whose latest start
-is `after` periods old has left the port, and is not planned). While k jobs send at once each gets a
-k-th of the port, so a communication that overlapped others' took longer than it needs: its time
-alone is each stretch of it over the number of jobs sending then (fluid.alone_us, the median of the
-recent ones). A job paced by its compute (its silences vary no more than its periods: a steady
-collision, where neither varies, is taken as compute-paced, as training is; read from three
-communications on a loaded machine, a clocked job colliding was once read so, at 589 ms of 800, its
-first plan moved nobody, and the next check's, 2.3 s later, read 800 and moved it; the other way, two of
-four first plans read a colliding compute-paced job as a clock, its periods varying 0-1 ms and its
-silences 2-3 ms, 35c646d. Taking silences within 2 % of their median as a compute's instead (e0655f6,
-reverted) read two steadily colliding clocked jobs so for good: their periods varied 7-130 µs, their
-silences 0.1-1.4 %, and no plan moved them) starts its next
-iteration a silence after its communication ends, so its period alone is its silence plus that
-communication; a job paced by a clock keeps its median period. Planned on the collided ones instead,
-two identical jobs (0.94 s, 420 ms alone) were planned on 1.02-1.07 s and 461-481 ms, and left their
-slots after each of four shifts as their periods came back to 0.94 s (measured, 619f27d). Its start is
-the first one a shift sent now can move (the starts decided from `holds_us` on, the channel's moment):
-the fluid model of the port plays out the round under way from every job's latest start, colliding
-as it will (fluid.first_starts). Carried on from the latest start at the pace alone instead, three
-jobs colliding at a plan started their next iterations 0.3-0.5 s later than planned, and a job left
-its slot by 142-304 ms after each of four shifts (483b88a); replayed from that run's event log, the
-fluid model put 11 of the 12 starts within 115 ms of those seen (8 within 35 ms), and the twelfth a
-round late (its job decided it just before the moment taken). A job belongs to the first port that
-plans it; at another port it is fixed (shift 0), as is a job found without the channel (`fix`: the
-host refused the datagram; an unmodified script). Fixed jobs come first, so the first is the plan's
-anchor; a second fixed job at the port cannot be planned around and is left out of the plan (named in
-its record). Where no job is fixed, every job is moved by a common delay too where that makes the
-delays least (`cheapest`): the anchor is only the job seen first.
+A port is planned once at least two jobs have shown `after` starts there: each job's phase is its next
+start, its communication time and its period as they would be alone (a job whose latest start is `after`
+periods old has left the port). While k jobs send at once each gets a k-th of the port, so a job's
+communication alone is each stretch of it over the number of jobs sending then (fluid.alone_us, the
+median of the recent ones). A job paced by its compute (its silences vary no more than its periods; a
+steady collision, where neither varies, counts as compute-paced, as training is: 35c646d, e0655f6
+reverted) starts its next iteration a silence after its communication ends, so its period alone is that
+silence plus its communication alone; a job paced by a clock keeps its median period (planned on the
+collided ones, two identical jobs left their slots after each of four shifts, 619f27d). Its start is the
+first one a shift sent now can move (decided from `holds_us` on, the channel's moment): the fluid model
+of the port plays out the round under way from every job's latest start (fluid.first_starts; carried on
+at the pace alone instead, jobs missed their slots by 142-304 ms, 483b88a). A job belongs to the first
+port that plans it; at another it is fixed (shift 0), as is a job without the channel (`fix`: its host
+refused the datagram; an unmodified script). Fixed jobs come first, the first is the anchor; a second
+fixed job at the port is left out of the plan (named in its record). Where no job is fixed, every job
+is moved by a common delay too where that makes the delays least (`cheapest`).
 
-A plan that moves a job sends every job it can move its slot (`ShiftOrder.start_us`), not only its
-shift: the first communication the job decides from the plan's moment on starts no sooner than its
-start + shift + the plan's margin, however its round under way ends. TCP does not share a port as a
-fluid: over 3,907 starts of 14 runs without interleaving the model foresaw them 48-120 ms early to
-60-150 ms late (10th and 90th percentiles), and with shifts alone three jobs were planned 4-5 times and
-stayed 77-78 % overlapped (369dbb6). A job that comes early waits for its slot; one that comes late
-misses it by as much, so every slot is the margin later: the 90th percentile of how much later than
-foreseen this port's starts came (each start against what the model foresaw for it, `_foresee`; a
-foresight a round off is a wrong round, not lateness, and none is made while a job waits for its
-slot). Beside a fixed job (its start is not ours to set) there is no margin.
+A plan that moves a job sends every job it can move its slot (`ShiftOrder.start_us`): its first
+communication decided from the plan's moment on starts no sooner than its start + shift + the plan's
+margin. TCP does not share a port as a fluid (over 3,907 starts the model foresaw them 48-120 ms early
+to 60-150 ms late, 10th and 90th percentiles; with shifts alone three jobs stayed 77-78 % overlapped,
+369dbb6). A job that comes early waits for its slot; one that comes late misses it by as much, so every
+slot is the margin later: the 90th percentile of how much later than foreseen this port's starts came
+(`_foresee`; a foresight a round off is a wrong round, not lateness, and none is made while a job waits
+for its slot). Beside a fixed job (its start is not ours to set) there is no margin.
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
-(interleave.drift): a job that moved from its slot by more than half the plan's clearance or a period
-that changed makes a new plan, as does a job that came (`after` starts at the port). A plan moves jobs
-only when it cuts their overlap by MIN_GAIN, and when the overlap it removes over `horizon` periods is
-more than the delays it costs (a shift only delays: moving a job a little earlier than a fixed anchor
-costs it nearly a whole period; measured: 935 ms shifts of a 1,063 ms period for 9 % of overlap);
-otherwise it records them where they are (a job paced by its compute speeds up once its communication
-no longer overlaps: a new period, and nothing to move). Beside a job without the channel only the
-overlap of the jobs the plan can move repays their delays: the unmovable job's gain does not pay for
-another's delay (issue 47: a job without the channel never makes the others slower). Counting both, a
-job beside an unmodified script was moved 790 ms for 59 ms of its own overlap a period, which its
-faster pace was clearing by itself (228e161, interleave-unmodified rep 2). Beside a job fixed because
-another port plans it, both count: that job takes turns too.
-A plan that moved nobody and left overlap is made again at each start of the anchor, from the estimates
-as they are then, and recorded only when it moves a job or finds them apart: the estimates improve (two
-identical jobs planned at 0.98 and 0.91 s after three iterations, then 0.95 and 0.94 for the rest of the
-run, stayed 50 % overlapped: their drift was checked against the first plan's periods, e8ac288). Made
-again only at every `check_every` starts, three of four first plans that read a compute-paced job as a
-clock moved the jobs 3.5 s later (6 colliding iterations); replayed from those runs' events, made again
-at each start, they moved them 2.5 s sooner (e5f896a). Not beside a fixed job, which is then the anchor:
-an unmodified script's early 'starts' are its warm-up's flights (every 25 ms), and a plan made again at
-each of them moved the generator 592 ms into the script's warm-up (a79364e, interleave-unmodified rep 1,
-a 3.3 % slower than without); there it is made again at every check, as before. At most
+(interleave.drift): a job that moved from its slot by more than half the plan's clearance, a period that
+changed, or a job that came makes a new plan. A plan moves jobs only when it cuts their overlap by
+MIN_GAIN and the overlap it removes over `horizon` periods is more than the delays it costs (a shift
+only delays: 935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where they
+are. Beside a job without the channel only the moved jobs' overlap repays their delays (issue 47: a job
+without the channel never makes the others slower; counting both, a job was moved 790 ms for 59 ms of
+its own overlap, 228e161). There a job that is faster than the anchor comes closer to the anchor's
+communication before its own each period, and a shift only delays: once it collides, TCP keeps the two
+together (8-100 % overlapped within four periods) until a check moves it 150-750 ms (714394b: a 1.3 %
+slower than without). So a check that finds it with less room ahead than it may cross before the check
+after next (turn_rules.closing) delays it within the room behind it, before it collides (`_within`).
+Beside a job fixed because another port plans it, both overlaps count: that job takes turns too.
+A plan that moved nobody and left overlap is made again at each start of the anchor (the estimates
+improve: e8ac288, e5f896a), and recorded only when it moves a job or finds them apart; beside a fixed
+job, at every check (an unmodified script's early 'starts' are its warm-up's flights, a79364e). At most
 `max_plans` plans that move jobs per port in a row: a job that ignores its shifts is not shifted for
-ever. A check that finds every job in its slot, and their recent communications apart (less than
-MIN_GAIN of them overlapped), gives the port its `max_plans` again: the plan held and paid, and what
-moves the jobs later is their periods slipping apart, not a job that ignores its shift. Given back on
-being in the slots alone, a PS beside a ring (whose plans, made on the ring's unstable readings, cut no
-overlap) was moved 9 times and ran 5-7 % slower (2d8a76c). Without it,
-three jobs (0.87, 0.87 and 1.72 s) spent their four plans by 12.9 s, the last leaving them 0 % overlapped
-to 30 s, and then slid back to 7-20 % with nothing left to send (interleave-three, d78a1f6).
+ever. A check that finds every job in its slot and their recent communications apart (less than MIN_GAIN
+overlapped) gives the port its `max_plans` again: what moves the jobs later is their periods slipping
+apart, not a job that ignores its shift (given back on being in the slots alone, a PS beside a ring was
+moved 9 times and ran 5-7 % slower, 2d8a76c; never given back, three jobs spent their four plans by
+12.9 s and slid back to 7-20 % overlapped, d78a1f6).
 """
 
 from __future__ import annotations
@@ -104,9 +77,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pcnlab.controller.fluid import Sender, alone_us, first_starts
-from pcnlab.controller.interleave import JobPhase, Plan, drift, plan
-from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, cheapest, mad, repays, same_periods, shared,
-                                         stuck, unmoved)
+from pcnlab.controller.interleave import JobPhase, Plan, drift, plan, room
+from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, cheapest, closing, mad, repays, same_periods,
+                                         shared, stuck, unmoved)
 
 
 @dataclass(frozen=True)
@@ -254,17 +227,28 @@ class Turns:
             return None
         observed = [now[j] for j in state.plan.jobs]
         checked = drift(state.plan, same_periods(observed, self.config.horizon, state.plan.phases))
+        reason = checked.reason
         if not checked.replan:
             if shared({j: [c[:2] for c in t.comms] for j, t in state.tracks.items()}) < MIN_GAIN:
                 state.plans = 0      # every job in its slot and apart: the plan held and paid; may plan again
-            return None
-        return None if spent else self._plan(key, state, at, now, checked.reason)
+            if not self._closing(key, now):
+                return None
+            reason = "checked"
+        return None if state.plans >= self.config.max_plans else self._plan(key, state, at, now, reason)
 
     def told(self, switch: str, port: int, job: int) -> bool:
         """Whether the job's starts at the port are told apart (the last `on_start` had `split`)."""
         state = self._ports.get((switch, port))
         track = state.tracks.get(job) if state is not None else None
         return track is not None and track.split
+
+    def _closing(self, key: tuple[str, int], now: dict[int, MeasuredPhase]) -> dict:
+        """Beside an anchor without the channel, the jobs it catches up on to hold back (turn_rules.closing)."""
+        phases = same_periods(list(now.values()), horizon=self.config.horizon)
+        fixed = [p for p in phases if self._fixed_at(key, p.job)]
+        if not fixed or fixed[0].job not in self._fixed:
+            return {}
+        return closing(fixed[:1] + [p for p in phases if p not in fixed], now, self.config.check_every)
 
     def _fixed_at(self, key: tuple[str, int], job: int) -> bool:
         """The job cannot be shifted at this port: it has no channel, or another port's plan shifts it."""
@@ -327,13 +311,14 @@ class Turns:
             # a 1.15 s job colliding with two of 0.87 s is taken for one of them (14f4d4f)
             alone = silence + comm if silence is not None else period[0]
             senders.append(Sender(job, float(track.starts[-1]), comm, alone, silence))
-            found[job] = period[1]
+            found[job] = period
         known = [c[:2] for t in state.tracks.values() for c in t.comms]
         try:
             starts = first_starts(senders, at_us, known)
         except RuntimeError:                 # a moment far from the starts (a clock map gone wrong): not now
             return {}
-        return {s.job: MeasuredPhase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job]) for s in senders}
+        return {s.job: MeasuredPhase(JobPhase(s.job, s.period_us, s.comm_us, starts[s.job]), found[s.job][1],
+                                     found[s.job][0]) for s in senders}
 
     def _foresee(self, state: _Port, job: int, t_us: int, idle_us: int | None, holds_us: int,
                  now: dict[int, MeasuredPhase]) -> None:
@@ -373,7 +358,12 @@ class Turns:
         late = sorted(state.late)
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
         paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
-        if sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
+        held = self._closing(key, now) if paying else {}
+        if held and _within(made):
+            state.plans += 1         # held back within the room behind it: no overlap now, none the next checks
+            reason += "".join(f"; job {j} held back: {ahead / 1e3:.0f} ms of room ahead, {reach / 1e3:.0f} ms its reach"
+                              for j, (ahead, reach) in held.items())
+        elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
                 or not repays(made, self.config.horizon, margin * len(free), paying):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
@@ -393,3 +383,11 @@ class Turns:
             state.waiting = {o.job: at[1] for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, margin if moves else 0.0)
+
+
+def _within(made: Plan) -> bool:
+    """The plan moves a job, each only later within the room behind it, and adds no overlap."""
+    zeros = [0.0] * len(made.phases)
+    shifts = [made.shifts_us[p.job] for p in made.phases]
+    return any(shifts) and sum(made.overlap_fraction.values()) <= sum(made.before_fraction.values()) and all(
+        s == 0 or s < room(made.phases, zeros, made.circle, i)[1] for i, s in enumerate(shifts))

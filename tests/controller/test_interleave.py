@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from pcnlab.controller.interleave import JobPhase, drift, fractions, plan, unified_circle
+from pcnlab.controller.interleave import JobPhase, drift, fractions, plan, room, unified_circle
 
 MS = 1000.0
 
@@ -124,3 +124,14 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError):
         plan([JobPhase("a", 100, 10), JobPhase("a", 100, 10)])
     assert math.isinf(plan([JobPhase("a", 100 * MS, 10 * MS)]).clearance_us)
+
+
+def test_room_is_the_free_time_before_and_after_a_jobs_communication_round_the_circle():
+    ms = 1000
+    phases = [JobPhase(1, 1000 * ms, 300 * ms, 0), JobPhase(2, 1000 * ms, 400 * ms, 400 * ms)]
+    circle = unified_circle([1000 * ms, 1000 * ms])
+    assert room(phases, [0, 0], circle, 1) == (100 * ms, 200 * ms)
+    assert room(phases, [0, 0], circle, 0) == (200 * ms, 100 * ms)      # job 1's room ahead wraps the circle
+    assert room(phases, [0, 200 * ms], circle, 1) == (300 * ms, 0.0)    # its end touches job 1's next start
+    assert room(phases, [0, 700 * ms], circle, 1) == (0.0, 0.0)          # overlapping job 1
+    assert room(phases[:1], [0], unified_circle([1000 * ms]), 0) == (math.inf, math.inf)

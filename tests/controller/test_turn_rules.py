@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pcnlab.controller.interleave import JobPhase, plan
-from pcnlab.controller.turn_rules import MeasuredPhase, cheapest, repays, same_periods, shared, stuck, unmoved
+from pcnlab.controller.turn_rules import (MeasuredPhase, cheapest, closing, repays, same_periods, shared, stuck,
+                                         unmoved)
 
 MS = 1000
 
@@ -69,3 +70,16 @@ def test_the_share_of_communication_that_overlapped_another_jobs():
     # Job 1: 0-400 and 1,000-1,400; job 2: 300-500 (100 with job 1) and 2,000-2,200 (alone): 200 of 1,200.
     assert shared({1: [(0, 400), (1000, 1400)], 2: [(300, 500), (2000, 2200)]}) == pytest.approx(200 / 1200)
     assert shared({1: [(0, 400)], 2: [(400, 800)]}) == 0.0 and shared({}) == 0.0
+
+
+def test_a_job_is_held_back_when_it_would_cross_its_room_ahead_before_the_check_after_next():
+    # The anchor (fixed) communicates 0-290 ms of 948; job 2 (410 ms) starts 50 ms after that ends. Seen at
+    # 941 ms a period it comes 7 ms closer each period; with spreads of 3 and 1 ms its reach over 3 + 1
+    # periods is 4 x 11 = 44 ms: under 50 not yet, at 40 ms of room it is held back. Seen at 955 it moves
+    # away, and is not.
+    def measured(seen_2, start_2):
+        return {1: MeasuredPhase(JobPhase(1, 948 * MS, 290 * MS, 0), 3 * MS, 948 * MS),
+                2: MeasuredPhase(JobPhase(2, 948 * MS, 410 * MS, start_2), 1 * MS, seen_2)}
+    for seen_2, start_2, expected in ((941, 340, {}), (941, 330, {2: (40.0 * MS, 44.0 * MS)}), (955, 300, {})):
+        m = measured(seen_2 * MS, start_2 * MS)
+        assert closing([m[1].phase, m[2].phase], m, check_every=3) == expected, (seen_2, start_2)
