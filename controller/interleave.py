@@ -258,22 +258,24 @@ def clearance(phases: Sequence[JobPhase], shifts: Sequence[float], circle: Circl
 
 
 def room(phases: Sequence[JobPhase], shifts: Sequence[float], circle: Circle, i: int) -> tuple[float, float]:
-    """The free time before job i's communications (from the end of the nearest other job's to each of its
-    starts) and after them (from each of its ends to the next other job's start), the least over its turns
-    on the circle: (0, 0) where it overlaps another; infinite with no other job communicating."""
+    """The free time before job i's communication (from the end of the other job's that starts last before
+    it to its start) and after it (from its end to the next other job's start), the least over its turns on
+    the circle; negative where the two overlap, by that much; infinite with no other job communicating."""
     length = circle.length_us
 
-    def spans(k: int) -> list[tuple[float, float]]:      # unwrapped: an end may pass the circle's end
+    def spans(k: int) -> list[tuple[float, float]]:
         period, comm = circle.periods_us[k], min(phases[k].comm_us, circle.periods_us[k])
         base = (phases[k].start_us + shifts[k]) % period
-        return [(s := (base + t * period) % length, s + comm) for t in range(circle.turns(k))] if comm > 0 else []
+        return [((base + t * period) % length, comm) for t in range(circle.turns(k))] if comm > 0 else []
     others = [span for k in range(len(phases)) if k != i for span in spans(k)]
     if not others or not spans(i):
         return math.inf, math.inf
-    if fractions(phases, shifts, circle)[phases[i].job] > _EPS:
-        return 0.0, 0.0
-    return (min((a - e) % length for a, _ in spans(i) for _, e in others),
-            min((a - e) % length for _, e in spans(i) for a, _ in others))
+
+    def ahead(a: float) -> float:        # from the end of the other communication that starts last before a
+        b, c = min(others, key=lambda o: (a - o[0]) % length)
+        return (a - b) % length - c
+    behind = min(min((b - a) % length for b, _ in others) - c for a, c in spans(i))
+    return min(ahead(a) for a, _ in spans(i)), behind
 
 
 def plan(phases: Sequence[JobPhase], quantum_us: float = QUANTUM_US, max_turns: int = MAX_TURNS,

@@ -6,6 +6,7 @@ back before they reach it (`closing`). Pure; the reasons for each are in turns.p
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 
@@ -116,22 +117,40 @@ def unmoved(made: Plan) -> Plan:
 
 
 def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
-    """Beside a fixed anchor (`phases[0]`, from `same_periods`) that cannot be moved: each job on one period
-    with it that comes closer to the communication before its own each period (its start to start, as seen
-    in `measured` {job: MeasuredPhase}, is shorter than the anchor's) and has less room ahead of its start
-    than it may cross before the check after next: `check_every` + 1 periods of that slip and of both
-    periods' spreads. {job: (its room ahead, that reach)}, in µs, for those with more room behind it, where
-    a delay moves it away."""
-    circle = unified_circle([p.period_us for p in phases])
+    """Beside a fixed anchor (`phases[0]`) that cannot be moved: each job that comes closer to the
+    communication before its own each period (its start to start, as seen in `measured` {job:
+    MeasuredPhase}, is shorter than the anchor's, by at most SLIP of it) and has less room ahead of its start
+    (on the anchor's period: where it is now) than it may cross before the check after next, or overlaps it
+    by less: its reach, a random walk's over `check_every` + 1 periods (k): k slips and three standard
+    deviations of k periods' jitter (both periods' spreads, taken as a normal's: x 1.4826). {job: (its room
+    ahead, its reach, its slip)}, in µs, for those with more room behind them, where a delay moves them away."""
     anchor = measured[phases[0].job]
+    k = check_every + 1
     out = {}
     for i, p in enumerate(phases[1:], 1):
         m = measured[p.job]
         slip = anchor.seen_us - m.seen_us
-        if circle.periods_us[i] != circle.periods_us[0] or slip <= 0:
+        if not 0 < slip <= SLIP * anchor.seen_us:
             continue
-        reach = (check_every + 1) * (slip + anchor.spread_us + m.spread_us)
-        ahead, behind = room(phases, [0.0] * len(phases), circle, i)
-        if 0 < ahead < reach and behind > ahead:
-            out[p.job] = (ahead, reach)
+        reach = k * slip + 3 * math.sqrt(k) * 1.4826 * math.hypot(anchor.spread_us, m.spread_us)
+        one = [replace(q, period_us=phases[0].period_us) if q is p else q for q in phases]
+        ahead, behind = room(one, [0.0] * len(one), unified_circle([q.period_us for q in one]), i)
+        if -reach < ahead < reach and behind > ahead:
+            out[p.job] = (ahead, reach, slip)
     return out
+
+
+def within(made: Plan) -> bool:
+    """The plan moves a job, each only later within the room behind it, and adds no overlap."""
+    zeros = [0.0] * len(made.phases)
+    shifts = [made.shifts_us[p.job] for p in made.phases]
+    return any(shifts) and sum(made.overlap_fraction.values()) <= sum(made.before_fraction.values()) and all(
+        s == 0 or s < room(made.phases, zeros, made.circle, i)[1] for i, s in enumerate(shifts))
+
+
+def obeyed(before: tuple[float, float, float], ahead_us: float, slip_us: float, now_us: float, period_us: float) -> bool:
+    """Whether a job held back took the shift: `before` is (its room ahead then, the shift sent, when, µs),
+    and its room ahead now is more than half that shift above where its slip (per period, `period_us`) alone
+    would have brought it by `now_us`."""
+    ahead, shift, at = before
+    return ahead_us > ahead - slip_us * (now_us - at) / period_us + shift / 2

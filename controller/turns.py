@@ -74,12 +74,12 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pcnlab.controller.fluid import Sender, alone_us, first_starts
-from pcnlab.controller.interleave import JobPhase, Plan, drift, plan, room
-from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, cheapest, closing, mad, repays, same_periods,
-                                         shared, stuck, unmoved)
+from pcnlab.controller.interleave import JobPhase, Plan, drift, plan
+from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, cheapest, closing, mad, obeyed, repays,
+                                         same_periods, shared, stuck, unmoved, within)
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,7 @@ class _Port:
     records: int = 0                               # plans made, moving a job or not
     anchor_starts: int = 0                         # the anchor's starts since the plan
     left_out: tuple = ()                           # fixed jobs the plan could not take
+    held: dict = field(default_factory=dict)       # job held back -> its room ahead before (µs)
     foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, as foreseen)
     waiting: dict = field(default_factory=dict)    # job sent a slot -> from when (its slot is not foreseeable)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
@@ -359,15 +360,22 @@ class Turns:
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
         paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
         held = self._closing(key, now) if paying else {}
-        if held and _within(made):
-            state.plans += 1         # held back within the room behind it: no overlap now, none the next checks
+        hold = plan([replace(p, period_us=ordered[0].period_us) if p.job in held else p for p in ordered]) if held \
+            else None                # on the anchor's period: where they are now
+        if hold is not None and within(hold):
+            made = hold              # held back within the room behind it, before it reaches the anchor
+            took = [obeyed(state.held[j], ahead, slip, at[1], ordered[0].period_us)
+                    for j, (ahead, _, slip) in held.items() if j in state.held]
+            state.plans = state.plans - 1 if took and all(took) and state.plans else state.plans + 1
+            state.held = {j: (ahead, hold.shifts_us[j], at[1]) for j, (ahead, _, _) in held.items()}
             reason += "".join(f"; job {j} held back: {ahead / 1e3:.0f} ms of room ahead, {reach / 1e3:.0f} ms its reach"
-                              for j, (ahead, reach) in held.items())
+                              for j, (ahead, reach, _) in held.items())
         elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
                 or not repays(made, self.config.horizon, margin * len(free), paying):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever
+            state.held = {}
         state.plan, state.anchor_starts = made, 0
         state.left_out = tuple(p.job for p in fixed[1:])
         for p in free:
@@ -384,10 +392,3 @@ class Turns:
         return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, margin if moves else 0.0)
 
-
-def _within(made: Plan) -> bool:
-    """The plan moves a job, each only later within the room behind it, and adds no overlap."""
-    zeros = [0.0] * len(made.phases)
-    shifts = [made.shifts_us[p.job] for p in made.phases]
-    return any(shifts) and sum(made.overlap_fraction.values()) <= sum(made.before_fraction.values()) and all(
-        s == 0 or s < room(made.phases, zeros, made.circle, i)[1] for i, s in enumerate(shifts))

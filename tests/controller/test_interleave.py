@@ -133,5 +133,6 @@ def test_room_is_the_free_time_before_and_after_a_jobs_communication_round_the_c
     assert room(phases, [0, 0], circle, 1) == (100 * ms, 200 * ms)
     assert room(phases, [0, 0], circle, 0) == (200 * ms, 100 * ms)      # job 1's room ahead wraps the circle
     assert room(phases, [0, 200 * ms], circle, 1) == (300 * ms, 0.0)    # its end touches job 1's next start
-    assert room(phases, [0, 700 * ms], circle, 1) == (0.0, 0.0)          # overlapping job 1
+    assert room(phases, [0, 850 * ms], circle, 1) == (-50 * ms, 350 * ms)    # its head 50 ms into job 1's
+    assert room(phases, [0, 500 * ms], circle, 1) == (600 * ms, -300 * ms)   # its tail 300 ms into the next
     assert room(phases[:1], [0], unified_circle([1000 * ms]), 0) == (math.inf, math.inf)
