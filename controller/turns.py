@@ -360,6 +360,7 @@ class Turns:
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
         paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
         held = self._closing(key, now) if paying else {}
+        stretch = {j: m.seen_us - m.phase.period_us for j, m in now.items()} if paying else None
         hold = plan([replace(p, period_us=ordered[0].period_us) if p.job in held else p for p in ordered]) if held \
             else None                # on the anchor's period: where they are now
         if hold is not None and within(hold):
@@ -371,7 +372,7 @@ class Turns:
             reason += "".join(f"; job {j} held back: {ahead / 1e3:.0f} ms of room ahead, {reach / 1e3:.0f} ms its reach"
                               for j, (ahead, reach, _) in held.items())
         elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
-                or not repays(made, self.config.horizon, margin * len(free), paying):
+                or not repays(made, self.config.horizon, margin * len(free), paying, stretch):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever

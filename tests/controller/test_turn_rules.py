@@ -105,3 +105,15 @@ def test_a_hold_moves_a_job_only_later_within_its_room_and_was_taken_when_the_ro
     before = (40 * MS, 84 * MS, 0)
     assert obeyed(before, 103 * MS, 7 * MS, 3 * 948 * MS, 948 * MS)
     assert not obeyed(before, 19 * MS, 7 * MS, 3 * 948 * MS, 948 * MS)
+
+
+def test_a_stretch_seen_repays_a_plan_that_leaves_the_job_apart_where_the_models_overlap_would_not():
+    # Job 2 overlaps the fixed job 1 by 41 ms of its 410 (the model's); clearing it costs a 700-odd ms
+    # delay, which 10 periods of 41 ms do not repay. Seen 200 ms a period slower than alone, they do; a
+    # stretch of the fixed job's own does not pay for job 2's delay.
+    made = plan([JobPhase(1, 948 * MS, 290 * MS, 0), JobPhase(2, 948 * MS, 410 * MS, 579 * MS)])   # its tail
+    assert made.overlap_fraction[2] == 0 and made.before_fraction[2] == pytest.approx(0.1, abs=0.001)
+    assert made.shifts_us[2] > 410 * MS
+    assert not repays(made, 10, paying=[2])
+    assert repays(made, 10, paying=[2], stretch={2: 200 * MS})
+    assert not repays(made, 10, paying=[2], stretch={1: 200 * MS, 2: -5 * MS})
