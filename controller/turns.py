@@ -52,7 +52,9 @@ MIN_GAIN and the overlap it removes over `horizon` periods is more than the dela
 only delays: 935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where they
 are. Beside a job without the channel only the moved jobs' overlap repays their delays (issue 47: a job
 without the channel never makes the others slower; counting both, a job was moved 790 ms for 59 ms of
-its own overlap, 228e161). There a job that is faster than the anchor comes closer to the anchor's
+its own overlap, 228e161), and only where their recent communications did overlap by MIN_GAIN (that job's
+estimates come from its readings while colliding: a first plan on them moved a job that was apart 476 ms
+into it, 988f286). There a job that is faster than the anchor comes closer to the anchor's
 communication before its own each period, and a shift only delays: once it collides, TCP keeps the two
 together (8-100 % overlapped within four periods) until a check moves it 150-750 ms (714394b: a 1.3 %
 slower than without). So a check that finds it with less room ahead than it may cross before the check
@@ -372,7 +374,8 @@ class Turns:
             reason += "".join(f"; job {j} held back: {ahead / 1e3:.0f} ms of room ahead, {reach / 1e3:.0f} ms its reach"
                               for j, (ahead, reach, _) in held.items())
         elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
-                or not repays(made, self.config.horizon, margin * len(free), paying, stretch):
+                or not repays(made, self.config.horizon, margin * len(free), paying, stretch) or (paying and shared(
+                    {j: [c[:2] for c in t.comms] for j, t in state.tracks.items() if j in made.jobs}) < MIN_GAIN):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever
