@@ -258,9 +258,9 @@ def clearance(phases: Sequence[JobPhase], shifts: Sequence[float], circle: Circl
 
 
 def room(phases: Sequence[JobPhase], shifts: Sequence[float], circle: Circle, i: int) -> tuple[float, float]:
-    """The free time before job i's communication (from the end of the other job's that starts last before
-    it to its start) and after it (from its end to the next other job's start), the least over its turns on
-    the circle; negative where the two overlap, by that much; infinite with no other job communicating."""
+    """The free time before job i's communications (from the nearest end of another job's before each of its
+    starts) and after them (from each of its ends to the next other job's start), the least over its turns
+    on the circle; negative where they overlap, by that much; infinite with no other job communicating."""
     length = circle.length_us
 
     def spans(k: int) -> list[tuple[float, float]]:
@@ -271,11 +271,9 @@ def room(phases: Sequence[JobPhase], shifts: Sequence[float], circle: Circle, i:
     if not others or not spans(i):
         return math.inf, math.inf
 
-    def ahead(a: float) -> float:        # from the end of the other communication that starts last before a
-        b, c = min(others, key=lambda o: (a - o[0]) % length)
-        return (a - b) % length - c
+    ahead = min((a - b) % length - c for a, _ in spans(i) for b, c in others)
     behind = min(min((b - a) % length for b, _ in others) - c for a, c in spans(i))
-    return min(ahead(a) for a, _ in spans(i)), behind
+    return ahead, behind
 
 
 def plan(phases: Sequence[JobPhase], quantum_us: float = QUANTUM_US, max_turns: int = MAX_TURNS,

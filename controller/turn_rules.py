@@ -103,13 +103,14 @@ def repays(made: Plan, horizon: int, extra_us: float = 0.0, paying=None, stretch
     loses its shift once, and `extra_us` more in all). Two jobs whose communications overlap by x are each
     stretched by x (fluid sharing: each sends at half rate while both do), so a job's overlap is what it
     loses each period. `stretch` {job: µs}: what each job was seen to lose a period (its start to start
-    less its period alone); a plan that leaves such a job in `paying` apart removes at least that, over
+    less its period alone); a plan that leaves such a job in `paying` apart, overlapped before, removes at
+    least that, over
     `horizon` of its periods (TCP keeps colliding jobs together longer than a fluid shares: a job beside
     an unmodified script, 41 ms a period of overlap by the model, was seen 150-300 ms a period slower)."""
     removed = made.shared_us(paying, before=True) - made.shared_us(paying)
     removed *= horizon * max(made.circle.periods_us) / made.circle.length_us
-    seen = horizon * sum(max(0.0, lost) for job, lost in (stretch or {}).items()
-                         if (paying is None or job in paying) and made.overlap_fraction.get(job) == 0)
+    seen = horizon * sum(max(0.0, lost) for job, lost in (stretch or {}).items() if (paying is None or job in paying)
+                         and made.overlap_fraction.get(job, 1.0) < 1e-6 < made.before_fraction.get(job, 0.0))
     return max(removed, seen) > sum(made.shifts_us.values()) + extra_us
 
 
@@ -125,8 +126,9 @@ def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
     """Beside a fixed anchor (`phases[0]`) that cannot be moved: each job that comes closer to the
     communication before its own each period (its start to start, as seen in `measured` {job:
     MeasuredPhase}, is shorter than the anchor's, by at most SLIP of it) and has less room ahead of its start
-    (on the anchor's period: where it is now) than it may cross before the check after next, or overlaps it
-    by less: its reach, a random walk's over `check_every` + 1 periods (k): k slips and three standard
+    to the anchor's communication (on the anchor's period: where it is now) than it may cross before a shift
+    sent at the next check acts, or overlaps it by less: its reach, a random walk's over `check_every` + 1
+    periods (k, the last for the channel's lead): k slips and three standard
     deviations of k periods' jitter (both periods' spreads, taken as a normal's: x 1.4826). {job: (its room
     ahead, its reach, its slip)}, in µs, for those with more room behind them, where a delay moves them away."""
     anchor = measured[phases[0].job]
@@ -138,19 +140,20 @@ def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
         if not 0 < slip <= SLIP * anchor.seen_us:
             continue
         reach = k * slip + 3 * math.sqrt(k) * 1.4826 * math.hypot(anchor.spread_us, m.spread_us)
-        one = [replace(q, period_us=phases[0].period_us) if q is p else q for q in phases]
-        ahead, behind = room(one, [0.0] * len(one), unified_circle([q.period_us for q in one]), i)
+        two = [phases[0], replace(p, period_us=phases[0].period_us)]
+        ahead, behind = room(two, [0.0, 0.0], unified_circle([q.period_us for q in two]), 1)
         if -reach < ahead < reach and behind > ahead:
             out[p.job] = (ahead, reach, slip)
     return out
 
 
-def within(made: Plan) -> bool:
-    """The plan moves a job, each only later within the room behind it, and adds no overlap."""
+def within(made: Plan, movers) -> bool:
+    """The plan moves a job, only jobs in `movers`, each later within the room behind it, and adds no overlap."""
     zeros = [0.0] * len(made.phases)
     shifts = [made.shifts_us[p.job] for p in made.phases]
     return any(shifts) and sum(made.overlap_fraction.values()) <= sum(made.before_fraction.values()) and all(
-        s == 0 or s < room(made.phases, zeros, made.circle, i)[1] for i, s in enumerate(shifts))
+        s == 0 or (p.job in movers and s < room(made.phases, zeros, made.circle, i)[1])
+        for i, (p, s) in enumerate(zip(made.phases, shifts)))
 
 
 def obeyed(before: tuple[float, float, float], ahead_us: float, slip_us: float, now_us: float, period_us: float) -> bool:

@@ -38,12 +38,11 @@ is moved by a common delay too where that makes the delays least (`cheapest`).
 
 A plan that moves a job sends every job it can move its slot (`ShiftOrder.start_us`): its first
 communication decided from the plan's moment on starts no sooner than its start + shift + the plan's
-margin. TCP does not share a port as a fluid (over 3,907 starts the model foresaw them 48-120 ms early
-to 60-150 ms late, 10th and 90th percentiles; with shifts alone three jobs stayed 77-78 % overlapped,
-369dbb6). A job that comes early waits for its slot; one that comes late misses it by as much, so every
-slot is the margin later: the 90th percentile of how much later than foreseen this port's starts came
-(`_foresee`; a foresight a round off is a wrong round, not lateness, and none is made while a job waits
-for its slot). Beside a fixed job (its start is not ours to set) there is no margin.
+margin. TCP does not share a port as a fluid (3,907 starts came 48-120 ms early to 60-150 ms late, 10th
+and 90th percentiles; with shifts alone three jobs stayed 77-78 % overlapped, 369dbb6). A job that comes
+early waits for its slot, one late misses it, so every slot is the margin later: the 90th percentile of
+how much later than foreseen the port's starts came (`_foresee`; a round off is a wrong round, and none
+is foreseen while a job waits for its slot). Beside a fixed job there is no margin.
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance, a period that
@@ -52,23 +51,21 @@ MIN_GAIN and the overlap it removes over `horizon` periods is more than the dela
 only delays: 935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where they
 are. Beside a job without the channel only the moved jobs' overlap repays their delays (issue 47: a job
 without the channel never makes the others slower; counting both, a job was moved 790 ms for 59 ms of
-its own overlap, 228e161), and only where their recent communications did overlap by MIN_GAIN (that job's
+its own overlap, 228e161), and only where their recent communications did overlap by MIN_GAIN (its
 estimates come from its readings while colliding: a first plan on them moved a job that was apart 476 ms
-into it, 988f286). There a job that is faster than the anchor comes closer to the anchor's
-communication before its own each period, and a shift only delays: once it collides, TCP keeps the two
-together (8-100 % overlapped within four periods) until a check moves it 150-750 ms (714394b: a 1.3 %
-slower than without). So a check that finds it with less room ahead than it may cross before the check
-after next (turn_rules.closing) delays it within the room behind it, before it collides (`_within`).
+into it, 988f286). A job faster than it comes closer to its communication each period; once they
+collide, TCP keeps them together (8-100 % overlapped in four periods) until a check moves it 150-750 ms
+(714394b). So a check that finds it with less room ahead than it may cross before a shift sent then acts
+(turn_rules.closing) delays it within the room behind it (turn_rules.within) before it collides.
 Beside a job fixed because another port plans it, both overlaps count: that job takes turns too.
 A plan that moved nobody and left overlap is made again at each start of the anchor (the estimates
 improve: e8ac288, e5f896a), and recorded only when it moves a job or finds them apart; beside a fixed
 job, at every check (an unmodified script's early 'starts' are its warm-up's flights, a79364e). At most
 `max_plans` plans that move jobs per port in a row: a job that ignores its shifts is not shifted for
-ever. A check that finds every job in its slot and their recent communications apart (less than MIN_GAIN
-overlapped) gives the port its `max_plans` again: what moves the jobs later is their periods slipping
-apart, not a job that ignores its shift (given back on being in the slots alone, a PS beside a ring was
-moved 9 times and ran 5-7 % slower, 2d8a76c; never given back, three jobs spent their four plans by
-12.9 s and slid back to 7-20 % overlapped, d78a1f6).
+ever. A check that finds every job in its slot and their recent communications apart (less than MIN_GAIN)
+gives the port its `max_plans` again, and a hold taken gives its own back: what moves the jobs later is
+their periods slipping apart (given back on being in the slots alone, a PS beside a ring was moved 9
+times, 5-7 % slower, 2d8a76c; never given back, three jobs slid back to 7-20 % overlapped, d78a1f6).
 """
 
 from __future__ import annotations
@@ -165,7 +162,7 @@ class _Port:
     records: int = 0                               # plans made, moving a job or not
     anchor_starts: int = 0                         # the anchor's starts since the plan
     left_out: tuple = ()                           # fixed jobs the plan could not take
-    held: dict = field(default_factory=dict)       # job held back -> its room ahead before (µs)
+    held: dict = field(default_factory=dict)       # job held back -> (its room ahead then, its shift, when)
     foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, as foreseen)
     waiting: dict = field(default_factory=dict)    # job sent a slot -> from when (its slot is not foreseeable)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
@@ -234,9 +231,9 @@ class Turns:
         if not checked.replan:
             if shared({j: [c[:2] for c in t.comms] for j, t in state.tracks.items()}) < MIN_GAIN:
                 state.plans = 0      # every job in its slot and apart: the plan held and paid; may plan again
-            if not self._closing(key, now):
+            if not self._closing(key, now) or state.plans >= self.config.max_plans:
                 return None
-            reason = "checked"
+            return self._plan(key, state, at, now, "checked", hold_only=True)
         return None if state.plans >= self.config.max_plans else self._plan(key, state, at, now, reason)
 
     def told(self, switch: str, port: int, job: int) -> bool:
@@ -347,10 +344,11 @@ class Turns:
             state.foreseen.setdefault(j, (holds_us, found.phase.start_us))
 
     def _plan(self, key: tuple[str, int], state: _Port, at: tuple[int, int], now: dict[int, MeasuredPhase],
-              reason: str, quiet: bool = False) -> PlanRecord | None:
+              reason: str, quiet: bool = False, hold_only: bool = False) -> PlanRecord | None:
         """The port's plan from its phases as they are `now` (`at`: the report's time, and the moment its
         shifts hold from), and its record (`quiet`: none for a plan that moves nobody and leaves overlap,
-        as the last did: its estimates are kept, the log is not filled)."""
+        as the last did: its estimates are kept, the log is not filled; `hold_only`: none, and nothing
+        changed, unless it holds a job back)."""
         phases = same_periods(list(now.values()), horizon=self.config.horizon)
         fixed = [p for p in phases if self._fixed_at(key, p.job)]
         free = [p for p in phases if p not in fixed]
@@ -365,14 +363,17 @@ class Turns:
         stretch = {j: m.seen_us - m.phase.period_us for j, m in now.items()} if paying else None
         hold = plan([replace(p, period_us=ordered[0].period_us) if p.job in held else p for p in ordered]) if held \
             else None                # on the anchor's period: where they are now
-        if hold is not None and within(hold):
+        if hold is not None and within(hold, held):
             made = hold              # held back within the room behind it, before it reaches the anchor
+            recent = (self.config.check_every + 1) * ordered[0].period_us      # the last hold, judged
             took = [obeyed(state.held[j], ahead, slip, at[1], ordered[0].period_us)
-                    for j, (ahead, _, slip) in held.items() if j in state.held]
-            state.plans = state.plans - 1 if took and all(took) and state.plans else state.plans + 1
+                    for j, (ahead, _, slip) in held.items() if j in state.held and at[1] - state.held[j][2] <= recent]
+            state.plans = max(0, state.plans - 1) if took and all(took) else state.plans + 1
             state.held = {j: (ahead, hold.shifts_us[j], at[1]) for j, (ahead, _, _) in held.items()}
             reason += "".join(f"; job {j} held back: {ahead / 1e3:.0f} ms of room ahead, {reach / 1e3:.0f} ms its reach"
                               for j, (ahead, reach, _) in held.items())
+        elif hold_only:
+            return None
         elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
                 or not repays(made, self.config.horizon, margin * len(free), paying, stretch) or (paying and shared(
                     {j: [c[:2] for c in t.comms] for j, t in state.tracks.items() if j in made.jobs}) < MIN_GAIN):

@@ -136,3 +136,10 @@ def test_room_is_the_free_time_before_and_after_a_jobs_communication_round_the_c
     assert room(phases, [0, 850 * ms], circle, 1) == (-50 * ms, 350 * ms)    # its head 50 ms into job 1's
     assert room(phases, [0, 500 * ms], circle, 1) == (600 * ms, -300 * ms)   # its tail 300 ms into the next
     assert room(phases[:1], [0], unified_circle([1000 * ms]), 0) == (math.inf, math.inf)
+    # three jobs: job 1's 0-500 ms still runs when job 3 (300-350) has ended: job 2 at 450 is in job 1's
+    three = [JobPhase(1, 1000 * ms, 500 * ms, 0), JobPhase(3, 1000 * ms, 50 * ms, 300 * ms),
+             JobPhase(2, 1000 * ms, 300 * ms, 450 * ms)]
+    assert room(three, [0, 0, 0], unified_circle([1000 * ms] * 3), 2) == (-50 * ms, 250 * ms)
+    # two turns of job 2 (500 ms) to one of job 1 (1000): the least room of both
+    turns = [JobPhase(1, 1000 * ms, 300 * ms, 0), JobPhase(2, 500 * ms, 100 * ms, 350 * ms)]
+    assert room(turns, [0, 0], unified_circle([1000 * ms, 500 * ms]), 1) == (50 * ms, 50 * ms)

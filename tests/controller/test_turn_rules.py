@@ -97,10 +97,10 @@ def test_a_hold_moves_a_job_only_later_within_its_room_and_was_taken_when_the_ro
     # The anchor 0-290 ms of 948, job 2 (410 ms) 40 ms after it: 208 ms behind it. Centred, it is moved 84 ms.
     phases = [JobPhase(1, 948 * MS, 290 * MS, 0), JobPhase(2, 948 * MS, 410 * MS, 330 * MS)]
     made = plan(phases)
-    assert made.shifts_us[2] == pytest.approx(84 * MS, abs=1 * MS) and within(made)
-    assert not within(unmoved(made))                                  # moves nobody
+    assert made.shifts_us[2] == pytest.approx(84 * MS, abs=1 * MS) and within(made, {2})
+    assert not within(made, {3}) and not within(unmoved(made), {2})   # moves another; moves nobody
     wrapped = plan([JobPhase(1, 948 * MS, 290 * MS, 0), JobPhase(2, 948 * MS, 410 * MS, 600 * MS)])
-    assert wrapped.shifts_us[2] > 500 * MS and not within(wrapped)    # past the anchor's next communication
+    assert wrapped.shifts_us[2] > 500 * MS and not within(wrapped, {2})   # past the anchor's next communication
     # Held back 84 ms at 40 ms of room, slipping 7 ms a period: 3 periods later, taken it has 103 ms, ignored 19.
     before = (40 * MS, 84 * MS, 0)
     assert obeyed(before, 103 * MS, 7 * MS, 3 * 948 * MS, 948 * MS)
