@@ -29,7 +29,7 @@ from pcnlab.controller.thrift_runtime import SwitchThrift, ThriftError
 from pcnlab.controller.scheduler_core import WindowScheduler
 from pcnlab.controller.segments import LearnedGaps
 from pcnlab.controller.shift_channel import SETTLE_S, ShiftChannel
-from pcnlab.controller.turns import PlanRecord, Turns
+from pcnlab.controller.turns import IGNORED, PlanRecord, Turns
 from pcnlab.controller.windows import PlannerConfig, Window, WindowChange, WindowPlanner
 
 CLOCK_PERIOD_S = 0.5
@@ -47,6 +47,7 @@ class PcnScheduler:
         self.channel = channel
         self.turns = Turns() if channel is not None else None
         self._probed: set[int] = set()                 # jobs asked whether they listen for shifts
+        self._ignoring: set[int] = set()               # jobs found ignoring their shifts, named
         self._answered: set[int] = set()               # and those whose answer came
         self._heard: set[int] = set()                  # and those a process of which answered
         self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
@@ -149,6 +150,10 @@ class PcnScheduler:
                 else [(r.t_us, r.idle_us) for r in self.core.iteration_starts(report.key)]
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
                                          told, holds_us, earlier, gap_us)
+            if self.turns.ignored.get(burst.job, 0) == IGNORED and burst.job not in self._ignoring:
+                self._ignoring.add(burst.job)
+                self.events.write("interleave_skip", job=burst.job, reason=f"its communication came {IGNORED} times "
+                                  "well before the slot sent to it (it ignores its shifts): left where it is")
             if record is not None:
                 self.events.write("interleave_plan", **record.fields())
                 self._tasks.append(asyncio.ensure_future(self._send_shifts(record, at_ns)))

@@ -3,21 +3,16 @@ becomes the phases the interleaving core plans on (interleave.py), and the plan'
 send each job. Pure: times are the switch's clock (µs), fed by the scheduler (scheduler.py), which
 sends the shifts (shift_channel.py).
 
-Per (switch, port, job) it keeps the recent iteration starts (the reports the predictor takes for
-starts) and each iteration's communication time there: from its start to the job's last packet before
-its next start, which that start's report gives (its time minus the silence before it, `idle_us`; the
-switch reports a burst's end only when other traffic comes to the port, so it is not waited for). Only
-the starts the job's segmenter takes for iterations once it has split its silences count: before, its
-flights are reports too (a job whose every report starts an iteration, no sub-bursts, is not planned).
-Those before the split that it takes for starts count too (`earlier`): waiting for `after` starts from
-the split instead, two jobs' first plan came at 9.97 s where the starts from 2.66 s were known (64c22b6).
-Periods are measured, not declared: a job paced by its compute has no clock and its period wanders with
-the queue, so periods that agree within their measured spread (`SAME`, turn_rules.py), or that slip
-apart by less than `SLIP` of a period over the plan's `horizon` (on their exact common circle no shift
-moves any overlap away, while one shift keeps them apart for tens of iterations), are taken as one,
-their median; a period near a whole multiple of a shorter one is taken as that multiple (c at 1,717 ms
-beside two at 866 slid across them on their LCM circle, 0.578 overlapped; on 2 x 866 it clears them,
-b681c74).
+Per (switch, port, job) it keeps the recent iteration starts (the predictor's) and each iteration's
+communication there: from its start to the job's last packet before its next start (that start's time
+less the silence before it, `idle_us`). Only the starts the job's segmenter takes for iterations once it
+has split its silences count, those before the split it takes for starts too (`earlier`; waiting for
+`after` starts from the split, a first plan came at 9.97 s where starts from 2.66 s were known, 64c22b6).
+Periods are measured: a job paced by its compute has no clock, so periods that agree within their spread
+(`SAME`, turn_rules.py), or slip apart by less than `SLIP` of a period over the plan's `horizon` (on
+their exact common circle no shift moves any overlap away), are taken as one, their median; a period near
+a whole multiple of a shorter one is taken as that multiple (c at 1,717 ms beside two at 866 slid across
+them on their LCM circle, 0.578 overlapped; on 2 x 866 it clears them, b681c74).
 
 A port is planned once at least two jobs have shown `after` starts there: each job's phase is its next
 start, its communication time and its period as they would be alone (a job whose latest start is `after`
@@ -26,15 +21,16 @@ communication alone is each stretch of it over the number of jobs sending then (
 median of the recent ones). A job paced by its compute (its silences vary no more than its periods; a
 steady collision, where neither varies, counts as compute-paced, as training is: 35c646d, e0655f6
 reverted) starts its next iteration a silence after its communication ends, so its period alone is that
-silence plus its communication alone; a job paced by a clock keeps its median period (planned on the
-collided ones, two identical jobs left their slots after each of four shifts, 619f27d). Its start is the
+silence plus its communication alone; a clocked job keeps its median period (619f27d). Its start is the
 first one a shift sent now can move (decided from `holds_us` on, the channel's moment): the fluid model
 of the port plays out the round under way from every job's latest start (fluid.first_starts; carried on
 at the pace alone instead, jobs missed their slots by 142-304 ms, 483b88a). A job belongs to the first
 port that plans it; at another it is fixed (shift 0), as is a job without the channel (`fix`: its host
-refused the datagram; an unmodified script). Fixed jobs come first, the first is the anchor; a second
-fixed job at the port is left out of the plan (named in its record). Where no job is fixed, every job
-is moved by a common delay too where that makes the delays least (`cheapest`).
+refused the datagram; an unmodified script), and one whose communication came more than half its shift
+before its slot `IGNORED` times (it ignores its shifts: a script whose own pacing takes up the wait).
+Fixed jobs come first, the first is the anchor; a second fixed job at the port is left out of the plan
+(named in its record). Where no job is fixed, a common delay too where it makes the delays least
+(`cheapest`).
 
 A plan that moves a job sends every job it can move its slot (`ShiftOrder.start_us`): its first
 communication decided from the plan's moment on starts no sooner than its start + shift + the plan's
@@ -135,6 +131,7 @@ class PlanRecord:
                 "starts_us": {str(o.job): round(o.start_us) for o in self.orders if o.start_us is not None}}
 
 
+IGNORED = 2      # a job that started more than half its shift before its slot this often ignores its shifts
 LATE = 0.9       # a plan's margin: this quantile of how much later than foreseen the port's starts came
 LATE_SAMPLES = 32
 
@@ -164,7 +161,7 @@ class _Port:
     left_out: tuple = ()                           # fixed jobs the plan could not take
     held: dict = field(default_factory=dict)       # job held back -> (its room ahead then, its shift, when)
     foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, as foreseen)
-    waiting: dict = field(default_factory=dict)    # job sent a slot -> from when (its slot is not foreseeable)
+    waiting: dict = field(default_factory=dict)    # job sent a slot -> (from when, its slot, its shift)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
 
 
@@ -176,6 +173,7 @@ class Turns:
         self._ports: dict[tuple[str, int], _Port] = {}
         self._owner: dict[int, tuple[str, int]] = {}   # job -> the port whose plan shifts it
         self._fixed: set[int] = set()                  # jobs without the channel
+        self.ignored: dict[int, int] = {}              # job -> the slots it came well before (fixed at IGNORED)
 
     def on_start(self, switch: str, port: int, job: int, t_us: int, idle_us: int | None,
                  split: bool = True, holds_us: int | None = None,
@@ -332,9 +330,12 @@ class Turns:
             if period and abs(t_us - was[1]) <= period[0] / 2:      # a round off is a wrong round, not lateness
                 state.late.append(t_us - was[1])
             del state.foreseen[job]
-        if job in state.waiting and idle_us is not None and t_us - idle_us >= state.waiting[job]:
-            del state.waiting[job]               # the start its slot held
-        for j, since in list(state.waiting.items()):      # a job that left does not hold the port's foresight
+        if job in state.waiting and idle_us is not None and t_us - idle_us >= state.waiting[job][0]:
+            _, slot, shift = state.waiting.pop(job)          # the start its slot held; before it: ignored
+            self.ignored[job] = self.ignored.get(job, 0) + (0 < shift and t_us < slot - shift / 2)
+            if self.ignored[job] >= IGNORED:
+                self.fix(job)
+        for j, (since, _, _) in list(state.waiting.items()):  # a job that left does not hold the foresight
             p = state.tracks[j].period_us()
             if p and holds_us - since > self.config.after * p[0]:
                 del state.waiting[j]
@@ -393,7 +394,7 @@ class Turns:
                                   p.start_us + made.shifts_us[p.job] + margin) for p in free) if moves else ()
         if orders:               # what was foreseen without the slots no longer holds
             state.foreseen.clear()
-            state.waiting = {o.job: at[1] for o in orders}
+            state.waiting = {o.job: (at[1], o.start_us, o.shift_us) for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, margin if moves else 0.0)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pcnlab.controller.turn_rules import shared
-from pcnlab.controller.turns import TurnConfig, Turns
+from pcnlab.controller.turns import IGNORED, TurnConfig, Turns
 
 MS = 1000
 
@@ -122,11 +122,17 @@ def test_a_flight_taken_for_a_start_in_its_rhythms_slot_is_no_iteration_here():
     assert list(track.starts)[-1] == 3000 * MS and track.comms[-1] == (2000 * MS, 2500 * MS, 3000 * MS)
 
 
-def test_a_job_that_ignores_its_shift_is_planned_again_at_most_max_plans_times():
+def test_jobs_that_ignore_their_shifts_are_not_shifted_for_ever():
+    # Neither job waits for its slot: the one moved twice is fixed (it ignores its shifts), the other is
+    # then moved around it; no more than IGNORED shifts each. With max_plans 1, one plan is sent.
     turns = Turns(TurnConfig(after=4, check_every=3, max_plans=3))
-    plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 40, obey=set())
-    assert [p.number for p in plans] == [1, 2, 3]
-    assert all("moved" in p.reason for p in plans[1:]), [p.reason for p in plans]
+    plans = feed(turns, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 60, obey=set())
+    moving = [[o.job for o in p.orders if o.shift_us > 0] for p in plans if p.orders]
+    first = moving[0][0]
+    assert moving[:2] == [[first], [first]] and turns.ignored[first] == IGNORED, [p.reason for p in plans]
+    assert plans[2].fixed == (first,) and moving[2] == [3 - first] and len(moving) <= 2 * IGNORED
+    once = Turns(TurnConfig(after=4, check_every=3, max_plans=1))
+    assert len([p for p in feed(once, {1: (1000, 400, 0), 2: (1000, 400, 10)}, 60, obey=set()) if p.orders]) == 1
 
 
 def test_a_plan_that_held_gives_the_port_its_plans_again_when_the_periods_slip_apart():
@@ -405,7 +411,7 @@ def test_a_job_that_catches_up_on_one_without_the_channel_is_held_back_within_it
     # a period over 10). Held back before it reaches job 1, each time by less than the room behind it, it
     # never overlaps job 1 and runs at its pace; obeyed, its holds do not spend the port's plans. A job
     # slower than job 1 moves away from the communication before its own, and a delay would move it toward
-    # the next one: it is not held back. One that ignores its holds is held back at most `max_plans` times.
+    # the next one: it is not held back. One that ignores its holds is held back IGNORED times, then fixed.
     for period, held in ((941, True), (925, True), (955, False)):
         turns = Turns(TurnConfig(after=4, check_every=3))
         turns.fix(1)
@@ -423,4 +429,14 @@ def test_a_job_that_catches_up_on_one_without_the_channel_is_held_back_within_it
     turns = Turns(TurnConfig(after=4, check_every=3, max_plans=4))
     turns.fix(1)
     plans = feed(turns, {1: (948, 290, 0), 2: (925, 410, 390)}, 300)      # about 7 times round job 1
-    assert len([p for p in plans if p.orders]) == 4
+    assert len([p for p in plans if p.orders]) == IGNORED and turns.ignored[2] == IGNORED
+
+
+def test_a_job_whose_communication_comes_well_before_its_slot_twice_ignores_its_shifts_and_is_fixed():
+    # Both jobs answered the probe; job 1's shifts are sent but it starts where it would have (its own
+    # pacing takes up the wait). After IGNORED such slots it is fixed, and job 2 is planned around it.
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    plans = feed(turns, {1: (941, 410, 0), 2: (948, 290, 10)}, 30, obey={2})
+    moved = [[o.job for o in p.orders if o.shift_us > 0] for p in plans if p.orders]
+    assert moved[:2] == [[1], [1]] and turns.ignored[1] == IGNORED and turns.ignored.get(2, 0) == 0
+    assert plans[2].fixed == (1,) and moved[2] == [2]
