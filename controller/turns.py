@@ -28,9 +28,8 @@ at the pace alone instead, jobs missed their slots by 142-304 ms, 483b88a). A jo
 port that plans it; at another it is fixed (shift 0), as is a job without the channel (`fix`: its host
 refused the datagram; an unmodified script), and one whose communication came more than half its shift
 before its slot `IGNORED` times (it ignores its shifts: a script whose own pacing takes up the wait).
-Fixed jobs come first, the first is the anchor; a second fixed job at the port is left out of the plan
-(named in its record). Where no job is fixed, a common delay too where it makes the delays least
-(`cheapest`).
+Fixed jobs come first, the first is the anchor; a second is left out of the plan (named in its record).
+Where no job is fixed, a common delay too where it makes the delays least (`cheapest`).
 
 A plan that moves a job sends every job it can move its slot (`ShiftOrder.start_us`): its first
 communication decided from the plan's moment on starts no sooner than its start + shift + the plan's
