@@ -267,12 +267,11 @@ def room(phases: Sequence[JobPhase], shifts: Sequence[float], circle: Circle, i:
         period, comm = circle.periods_us[k], min(phases[k].comm_us, circle.periods_us[k])
         base = (phases[k].start_us + shifts[k]) % period
         return [((base + t * period) % length, comm) for t in range(circle.turns(k))] if comm > 0 else []
-    others = [span for k in range(len(phases)) if k != i for span in spans(k)]
-    if not others or not spans(i):
+    mine, others = spans(i), [span for k in range(len(phases)) if k != i for span in spans(k)]
+    if not others or not mine:
         return math.inf, math.inf
-
-    ahead = min((a - b) % length - c for a, _ in spans(i) for b, c in others)
-    behind = min(min((b - a) % length for b, _ in others) - c for a, c in spans(i))
+    ahead = min((a - b) % length - c for a, _ in mine for b, c in others)
+    behind = min(min((b - a) % length for b, _ in others) - c for a, c in mine)
     return ahead, behind
 
 

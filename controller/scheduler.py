@@ -47,7 +47,6 @@ class PcnScheduler:
         self.channel = channel
         self.turns = Turns() if channel is not None else None
         self._probed: set[int] = set()                 # jobs asked whether they listen for shifts
-        self._ignoring: set[int] = set()               # jobs found ignoring their shifts, named
         self._answered: set[int] = set()               # and those whose answer came
         self._heard: set[int] = set()                  # and those a process of which answered
         self.core = WindowScheduler(PredictorBank(), WindowPlanner(planner))
@@ -148,10 +147,10 @@ class PcnScheduler:
             told = gap_us is not None and burst.job in self._answered
             earlier = () if not told or burst.job not in self._heard or self.turns.told(switch, burst.port, burst.job) \
                 else [(r.t_us, r.idle_us) for r in self.core.iteration_starts(report.key)]
+            was = self.turns.ignored.get(burst.job, 0)
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
                                          told, holds_us, earlier, gap_us)
-            if self.turns.ignored.get(burst.job, 0) == IGNORED and burst.job not in self._ignoring:
-                self._ignoring.add(burst.job)
+            if was < IGNORED <= self.turns.ignored.get(burst.job, 0):
                 self.events.write("interleave_skip", job=burst.job, reason=f"its communication came {IGNORED} times "
                                   "well before the slot sent to it (it ignores its shifts): left where it is")
             if record is not None:

@@ -104,9 +104,9 @@ def repays(made: Plan, horizon: int, extra_us: float = 0.0, paying=None, stretch
     stretched by x (fluid sharing: each sends at half rate while both do), so a job's overlap is what it
     loses each period. `stretch` {job: µs}: what each job was seen to lose a period (its start to start
     less its period alone); a plan that leaves such a job in `paying` apart, overlapped before, removes at
-    least that, over
-    `horizon` of its periods (TCP keeps colliding jobs together longer than a fluid shares: a job beside
-    an unmodified script, 41 ms a period of overlap by the model, was seen 150-300 ms a period slower)."""
+    least that, over `horizon` of its periods (TCP keeps colliding jobs together longer than a fluid shares:
+    a job beside an unmodified script, 41 ms a period of overlap by the model, was seen 150-300 ms a period
+    slower)."""
     removed = made.shared_us(paying, before=True) - made.shared_us(paying)
     removed *= horizon * max(made.circle.periods_us) / made.circle.length_us
     seen = horizon * sum(max(0.0, lost) for job, lost in (stretch or {}).items() if (paying is None or job in paying)
@@ -128,9 +128,9 @@ def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
     MeasuredPhase}, is shorter than the anchor's, by at most SLIP of it) and has less room ahead of its start
     to the anchor's communication (on the anchor's period: where it is now) than it may cross before a shift
     sent at the next check acts, or overlaps it by less: its reach, a random walk's over `check_every` + 1
-    periods (k, the last for the channel's lead): k slips and three standard
-    deviations of k periods' jitter (both periods' spreads, taken as a normal's: x 1.4826). {job: (its room
-    ahead, its reach, its slip)}, in µs, for those with more room behind them, where a delay moves them away."""
+    periods (k, the last for the channel's lead): k slips and three standard deviations of k periods'
+    jitter (both periods' spreads, taken as a normal's: x 1.4826). {job: (its room ahead, its reach, its
+    slip)}, in µs, for those with more room behind them, where a delay moves them away."""
     anchor = measured[phases[0].job]
     k = check_every + 1
     out = {}

@@ -163,6 +163,10 @@ class _Port:
     waiting: dict = field(default_factory=dict)    # job sent a slot -> (from when, its slot, its shift)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
 
+    def overlapped(self, jobs=None) -> float:
+        """The share of the recent communications (of `jobs`, None: all) that overlapped another's."""
+        return shared({j: [c[:2] for c in t.comms] for j, t in self.tracks.items() if jobs is None or j in jobs})
+
 
 class Turns:
     """The turns of the jobs at every port of every switch; see the module's note."""
@@ -224,28 +228,17 @@ class Turns:
             return None
         observed = [now[j] for j in state.plan.jobs]
         checked = drift(state.plan, same_periods(observed, self.config.horizon, state.plan.phases))
-        reason = checked.reason
-        if not checked.replan:
-            if shared({j: [c[:2] for c in t.comms] for j, t in state.tracks.items()}) < MIN_GAIN:
-                state.plans = 0      # every job in its slot and apart: the plan held and paid; may plan again
-            if not self._closing(key, now) or state.plans >= self.config.max_plans:
-                return None
-            return self._plan(key, state, at, now, "checked", hold_only=True)
-        return None if state.plans >= self.config.max_plans else self._plan(key, state, at, now, reason)
+        if not checked.replan and state.overlapped() < MIN_GAIN:
+            state.plans = 0          # every job in its slot and apart: the plan held and paid; may plan again
+        if state.plans >= self.config.max_plans:
+            return None
+        return self._plan(key, state, at, now, checked.reason or "checked", hold_only=not checked.replan)
 
     def told(self, switch: str, port: int, job: int) -> bool:
         """Whether the job's starts at the port are told apart (the last `on_start` had `split`)."""
         state = self._ports.get((switch, port))
         track = state.tracks.get(job) if state is not None else None
         return track is not None and track.split
-
-    def _closing(self, key: tuple[str, int], now: dict[int, MeasuredPhase]) -> dict:
-        """Beside an anchor without the channel, the jobs it catches up on to hold back (turn_rules.closing)."""
-        phases = same_periods(list(now.values()), horizon=self.config.horizon)
-        fixed = [p for p in phases if self._fixed_at(key, p.job)]
-        if not fixed or fixed[0].job not in self._fixed:
-            return {}
-        return closing(fixed[:1] + [p for p in phases if p not in fixed], now, self.config.check_every)
 
     def _fixed_at(self, key: tuple[str, int], job: int) -> bool:
         """The job cannot be shifted at this port: it has no channel, or another port's plan shifts it."""
@@ -322,7 +315,7 @@ class Turns:
         """How much later than foreseen this start came (when it is the first the job decided from the
         moment a foresight was made for), and each job's next start foreseen from `now` (the port's phases
         at `holds_us`), for those without. Not while a job waits for the slot a plan sent it: the model
-        does not know it."""
+        does not know it; the start its slot held came well before it, or not (IGNORED)."""
         was = state.foreseen.get(job)
         period = state.tracks[job].period_us()
         if was is not None and idle_us is not None and t_us - idle_us >= was[0]:
@@ -355,15 +348,18 @@ class Turns:
         if not free or len(phases) < 2:
             return None
         ordered = fixed[:1] + free
+        paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
+        held = closing(ordered, now, self.config.check_every) if paying else {}     # the jobs it catches up on
+        hold = plan([replace(p, period_us=ordered[0].period_us) if p.job in held else p for p in ordered]) if held \
+            else None                # on the anchor's period: where they are now
+        holds = hold is not None and within(hold, held)
+        if hold_only and not holds:
+            return None
         made = plan(ordered) if fixed else cheapest(plan(ordered))
         late = sorted(state.late)
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
-        paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
-        held = self._closing(key, now) if paying else {}
         stretch = {j: m.seen_us - m.phase.period_us for j, m in now.items()} if paying else None
-        hold = plan([replace(p, period_us=ordered[0].period_us) if p.job in held else p for p in ordered]) if held \
-            else None                # on the anchor's period: where they are now
-        if hold is not None and within(hold, held):
+        if holds:
             made = hold              # held back within the room behind it, before it reaches the anchor
             recent = (self.config.check_every + 1) * ordered[0].period_us      # the last hold, judged
             took = [obeyed(state.held[j], ahead, slip, at[1], ordered[0].period_us)
@@ -372,11 +368,9 @@ class Turns:
             state.held = {j: (ahead, hold.shifts_us[j], at[1]) for j, (ahead, _, _) in held.items()}
             reason += "".join(f"; job {j} held back: {ahead / 1e3:.0f} ms of room ahead, {reach / 1e3:.0f} ms its reach"
                               for j, (ahead, reach, _) in held.items())
-        elif hold_only:
-            return None
         elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
-                or not repays(made, self.config.horizon, margin * len(free), paying, stretch) or (paying and shared(
-                    {j: [c[:2] for c in t.comms] for j, t in state.tracks.items() if j in made.jobs}) < MIN_GAIN):
+                or not repays(made, self.config.horizon, margin * len(free), paying, stretch) \
+                or (paying and state.overlapped(made.jobs) < MIN_GAIN):
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever
@@ -396,4 +390,3 @@ class Turns:
             state.waiting = {o.job: (at[1], o.start_us, o.shift_us) for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, margin if moves else 0.0)
-
