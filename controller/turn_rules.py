@@ -1,8 +1,8 @@
 """The rules a port's plan follows beyond the interleaving core (interleave.py), for turns.py: which
 measured periods are taken as one (`same_periods`), the cheapest common delay where no job is fixed
 (`cheapest`), whether a plan's delays repay the overlap it removes (`repays`), the plan that moves
-nobody (`unmoved`), when such a plan is made again (`stuck`), and which jobs beside a fixed one are held
-back before they reach it (`closing`). Pure; the reasons for each are in turns.py's note."""
+nobody (`unmoved`), when such a plan is made again (`stuck`), and which jobs are held back before they
+reach a slower one (`closing`). Pure; the reasons for each are in turns.py's note."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def unmoved(made: Plan) -> Plan:
 
 
 def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
-    """Beside a fixed anchor (`phases[0]`) that cannot be moved: each job that comes closer to the
+    """Beside an anchor (`phases[0]`) that is not moved: each job that comes closer to the
     communication before its own each period (its start to start, as seen in `measured` {job:
     MeasuredPhase}, is shorter than the anchor's, by at most SLIP of it) and has less room ahead of its start
     to the anchor's communication (on the anchor's period: where it is now) than it may cross before a shift

@@ -52,6 +52,8 @@ into it, 988f286). A job faster than it comes closer to its communication each p
 collide, TCP keeps them together (8-100 % overlapped in four periods) until a check moves it 150-750 ms
 (714394b). So a check that finds it with less room ahead than it may cross before a shift sent then acts
 (turn_rules.closing) delays it within the room behind it (turn_rules.within) before it collides.
+Where no job is fixed, a job faster than the slowest is held back so too (checks found two jobs apart
+while one came 10 ms a period closer, and moved nobody until they collided at 55 s, 855e8c2).
 Beside a job fixed because another port plans it, both overlaps count: that job takes turns too.
 A plan that moved nobody and left overlap is made again at each start of the anchor (the estimates
 improve: e8ac288, e5f896a), and recorded only when it moves a job or finds them apart; beside a fixed
@@ -349,8 +351,10 @@ class Turns:
             return None
         ordered = fixed[:1] + free
         paying = [p.job for p in free] if fixed and fixed[0].job in self._fixed else None   # anchor without the channel
-        held = closing(ordered, now, self.config.check_every) if paying else {}     # the jobs it catches up on
-        hold = plan([replace(p, period_us=ordered[0].period_us) if p.job in held else p for p in ordered]) if held \
+        # the jobs that catch up on the anchor without the channel, or where none is fixed on the slowest seen
+        pace = ordered if paying else [] if fixed else sorted(free, key=lambda p: -now[p.job].seen_us)
+        held = closing(pace, now, self.config.check_every) if pace else {}
+        hold = plan([replace(p, period_us=pace[0].period_us) if p.job in held else p for p in pace]) if held \
             else None                # on the anchor's period: where they are now
         holds = hold is not None and within(hold, held)
         if hold_only and not holds:
@@ -361,8 +365,8 @@ class Turns:
         stretch = {j: m.seen_us - m.phase.period_us for j, m in now.items()} if paying else None
         if holds:
             made = hold              # held back within the room behind it, before it reaches the anchor
-            recent = (self.config.check_every + 1) * ordered[0].period_us      # the last hold, judged
-            took = [obeyed(state.held[j], ahead, slip, at[1], ordered[0].period_us)
+            recent = (self.config.check_every + 1) * pace[0].period_us         # the last hold, judged
+            took = [obeyed(state.held[j], ahead, slip, at[1], pace[0].period_us)
                     for j, (ahead, _, slip) in held.items() if j in state.held and at[1] - state.held[j][2] <= recent]
             state.plans = max(0, state.plans - 1) if took and all(took) else state.plans + 1
             state.held = {j: (ahead, hold.shifts_us[j], at[1]) for j, (ahead, _, _) in held.items()}
