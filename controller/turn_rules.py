@@ -130,7 +130,8 @@ def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
     sent at the next check acts, or overlaps it by less: its reach, a random walk's over `check_every` + 1
     periods (k, the last for the channel's lead): k slips and three standard deviations of k periods'
     jitter (both periods' spreads, taken as a normal's: x 1.4826). {job: (its room ahead, its reach, its
-    slip)}, in µs, for those with more room behind them, where a delay moves them away."""
+    slip)}, in µs, for those with more room behind them, where a delay moves them away, and a reach
+    within the room both sides (else no hold keeps it apart: periods read while colliding, 1.4 s)."""
     anchor = measured[phases[0].job]
     k = check_every + 1
     out = {}
@@ -142,7 +143,7 @@ def closing(phases: list[JobPhase], measured: dict, check_every: int) -> dict:
         reach = k * slip + 3 * math.sqrt(k) * 1.4826 * math.hypot(anchor.spread_us, m.spread_us)
         two = [phases[0], replace(p, period_us=phases[0].period_us)]
         ahead, behind = room(two, [0.0, 0.0], unified_circle([q.period_us for q in two]), 1)
-        if -reach < ahead < reach and behind > ahead:
+        if -reach < ahead < reach < ahead + behind and behind > ahead:
             out[p.job] = (ahead, reach, slip)
     return out
 

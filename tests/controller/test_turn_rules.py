@@ -80,10 +80,11 @@ def test_a_job_is_held_back_when_it_would_cross_its_room_ahead_before_the_check_
     # 4 x 7 + 3 x 2 x 1.4826 x 3.16 = 56.1 ms: 70 ms of room is more; 40 ms, or an overlap of 10 ms at its
     # head, is held back; an overlap of 90 ms is more than it could have crossed since the last check (the
     # plan's overlap rules are for that). Seen at 955 it moves away, and is not held back; nor one whose
-    # period is measured 15 % shorter (not slipping: another period).
-    def measured(seen_2, start_2):
+    # period is measured 15 % shorter (not slipping: another period); nor one whose periods, read while
+    # colliding, spread 40 ms: a reach of 385 ms, more than the 248 ms of room both sides.
+    def measured(seen_2, start_2, spread_2=1):
         return {1: MeasuredPhase(JobPhase(1, 948 * MS, 290 * MS, 0), 3 * MS, 948 * MS),
-                2: MeasuredPhase(JobPhase(2, seen_2 * MS, 410 * MS, start_2 * MS), 1 * MS, seen_2 * MS)}
+                2: MeasuredPhase(JobPhase(2, seen_2 * MS, 410 * MS, start_2 * MS), spread_2 * MS, seen_2 * MS)}
     reach = 4 * 7 * MS + 3 * 2 * 1.4826 * math.hypot(3 * MS, 1 * MS)
     for seen_2, start_2, ahead in ((941, 360, None), (941, 330, 40), (941, 280, -10), (941, 200, None),
                                    (955, 300, None), (806, 330, None)):
@@ -91,6 +92,7 @@ def test_a_job_is_held_back_when_it_would_cross_its_room_ahead_before_the_check_
         found = closing([m[1].phase, m[2].phase], m, check_every=3)
         assert found == ({} if ahead is None else {2: (pytest.approx(ahead * MS), pytest.approx(reach), 7 * MS)}), \
             (seen_2, start_2)
+    assert closing([measured(941, 330, 40)[1].phase, measured(941, 330, 40)[2].phase], measured(941, 330, 40), 3) == {}
 
 
 def test_a_hold_moves_a_job_only_later_within_its_room_and_was_taken_when_the_room_grew_by_half_of_it():
