@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from pcnlab.errors import UsageError
+from pcnlab.analysis.traffic_stats import theil_sen
 from pcnlab.jsonlines import ITERATION, ITERATION_FIELDS, Iteration, read_json_lines
 from pcnlab.status import STATUS_FILE, is_run_folder, read_status
 
@@ -76,9 +77,7 @@ class SwitchClock:
         # lifts that second's minimum, and one such outlier tilted a least-squares line by 2e-5 and
         # moved the map by milliseconds. A minimum cannot be too low (a clone never arrives before its
         # packet left), so the line is then shifted down onto the lowest point.
-        from scipy.stats import theilslopes
-
-        slope, intercept = theilslopes(low["d"].to_numpy(), low["t"].to_numpy())[:2]
+        slope, intercept = theil_sen(low["d"].to_numpy(), low["t"].to_numpy())
         residual = low["d"] - (intercept + slope * low["t"])
         intercept += residual.min()
         residual = residual - residual.min()

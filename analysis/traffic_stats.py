@@ -1,6 +1,7 @@
 """The measures metrics.py and report.py draw on: a queue log's bursts, marks and drops and burstiness,
 and the statistics of a sweep (finite values, means and differences with 95 % intervals, JSON-safe
-numbers). metrics.py turns a run folder into metrics.json with them; nothing here reads a folder.
+numbers), and the robust line results.py maps a switch's clock with (`theil_sen`). metrics.py turns a
+run folder into metrics.json with them; nothing here reads a folder.
 
 The queue log has one row per telemetry record of a port; with sampling 1 in 1 each row is a packet.
 Times in the queue log are the switch's microseconds.
@@ -148,3 +149,17 @@ def diff_ci95(values, baseline) -> tuple[float, float]:
 
     ci = scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     return float(ci.low), float(ci.high)
+
+
+def theil_sen(y, x) -> tuple[float, float]:
+    """The Theil-Sen line through the points (x, y): (slope, intercept), the median of the slopes between
+    every two points with different x, and median(y) - slope x median(x), as scipy.stats.theilslopes
+    gives by default (tests/analysis/test_iterations.py compares them). Hand-written: importing
+    scipy.stats for it cost every `pcnlab run` and `pcnlab report` 1.3 s here, for a line through one
+    point a second of a run."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    i, j = np.triu_indices(x.size, 1)
+    dx = x[j] - x[i]
+    apart = dx != 0
+    slope = float(np.median((y[j] - y[i])[apart] / dx[apart]))
+    return slope, float(np.median(y) - slope * np.median(x))
