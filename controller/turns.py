@@ -255,14 +255,16 @@ class Turns:
         track.starts.append(t_us)
 
     def fix(self, job: int) -> None:
-        """`job` cannot be shifted (its hosts refused the channel): fixed at every port from now, and the
-        ports whose plan counted on shifting it plan again at the next start."""
+        """`job` cannot be shifted (its hosts refused the channel, or it ignores its shifts): fixed at every
+        port from now, and the ports whose plan counted on shifting it plan again at the next start, with
+        their `max_plans` again (spent on a job that ignored them, they left a job that came closer to it
+        no hold: a collision from 55 s, 0511e1e)."""
         if job in self._fixed:
             return
         self._fixed.add(job)
         for state in self._ports.values():
             if state.plan is not None and job in state.plan.jobs:
-                state.plan = None
+                state.plan, state.plans = None, 0
         self._owner = {j: k for j, k in self._owner.items() if j != job}
 
     def _track(self, switch: str, port: int, job: int) -> _Track:

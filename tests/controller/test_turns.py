@@ -389,8 +389,9 @@ def test_a_job_that_catches_up_on_another_is_held_back_within_its_room(channel):
 
 def test_a_job_whose_communication_comes_well_before_its_slot_twice_ignores_its_shifts_and_is_fixed():
     # Both jobs answered the probe; job 1's shifts are sent but it starts where it would have (its own
-    # pacing takes up the wait). After IGNORED such slots it is fixed, and job 2 is planned around it.
-    turns = Turns(TurnConfig(after=4, check_every=3))
+    # pacing takes up the wait). After IGNORED such slots it is fixed, and job 2 is planned around it:
+    # the plans job 1 spent are the port's again (max_plans = IGNORED: none would be left).
+    turns = Turns(TurnConfig(after=4, check_every=3, max_plans=IGNORED))
     plans = feed(turns, {1: (941, 410, 0), 2: (948, 290, 10)}, 30, obey={2})
     moved = [[o.job for o in p.orders if o.shift_us > 0] for p in plans if p.orders]
     assert moved[:2] == [[1], [1]] and turns.ignored[1] == IGNORED and turns.ignored.get(2, 0) == 0
