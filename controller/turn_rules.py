@@ -85,7 +85,7 @@ def same_periods(phases, horizon: int, planned: tuple[JobPhase, ...] = ()) -> li
 
 def cheapest(made: Plan) -> Plan:
     """The same arrangement with every job delayed by a common r (mod its own period) so that the delays
-    sum least: where no job is fixed, the anchor (the job seen first) may move too, and moving it a little
+    sum least: where no job is fixed, the anchor (the plan's first job) may move too, and moving it a little
     can stand for moving another nearly a period (reviewed: 770 ms for one order of two jobs, 230 for the
     other, the same plan). r is 0 or brings one job to 0."""
     periods = dict(zip(made.jobs, made.circle.periods_us))

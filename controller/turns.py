@@ -28,8 +28,8 @@ at the pace alone instead, jobs missed their slots by 142-304 ms, 483b88a). A jo
 port that plans it; at another it is fixed (shift 0), as is a job without the channel (`fix`: its host
 refused the datagram; an unmodified script), and one whose communication came more than half its shift
 before its slot `IGNORED` times (it ignores its shifts: a script whose own pacing takes up the wait).
-Fixed jobs come first, the first is the anchor; a second is left out of the plan (named in its record).
-Where no job is fixed, a common delay too where it makes the delays least (`cheapest`).
+Fixed jobs come first, the first is the anchor (after a hold where none is fixed: the slowest); a second
+is left out of the plan (named in its record). Where none is fixed, a common delay too (`cheapest`).
 
 A plan that moves a job sends every job it can move its slot (`ShiftOrder.start_us`): its first
 communication decided from the plan's moment on starts no sooner than its start + shift + the plan's
@@ -41,28 +41,29 @@ is foreseen while a job waits for its slot). Beside a fixed job there is no marg
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance, a period that
-changed, or a job that came makes a new plan. A plan moves jobs only when it cuts their overlap by
-MIN_GAIN and the overlap it removes over `horizon` periods is more than the delays it costs (a shift
-only delays: 935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where they
-are. Beside a job without the channel only the moved jobs' overlap repays their delays (issue 47: a job
-without the channel never makes the others slower; counting both, a job was moved 790 ms for 59 ms of
-its own overlap, 228e161), and only where their recent communications did overlap by MIN_GAIN (its
-estimates come from its readings while colliding: a first plan on them moved a job that was apart 476 ms
-into it, 988f286). A job faster than it comes closer to its communication each period; once they
-collide, TCP keeps them together (8-100 % overlapped in four periods) until a check moves it 150-750 ms
-(714394b). So a check that finds it with less room ahead than it may cross before a shift sent then acts
-(turn_rules.closing) delays it within the room behind it (turn_rules.within) before it collides.
-Where no job is fixed, a job faster than the slowest is held back so too (checks found two jobs apart
-while one came 10 ms a period closer, and moved nobody until they collided at 55 s, 855e8c2).
-Beside a job fixed because another port plans it, both overlaps count: that job takes turns too.
-A plan that moved nobody and left overlap is made again at each start of the anchor (the estimates
-improve: e8ac288, e5f896a), and recorded only when it moves a job or finds them apart; beside a fixed
-job, at every check (an unmodified script's early 'starts' are its warm-up's flights, a79364e). At most
-`max_plans` plans that move jobs per port in a row: a job that ignores its shifts is not shifted for
-ever. A check that finds every job in its slot and their recent communications apart (less than MIN_GAIN)
-gives the port its `max_plans` again, and a hold taken gives its own back: what moves the jobs later is
-their periods slipping apart (given back on being in the slots alone, a PS beside a ring was moved 9
-times, 5-7 % slower, 2d8a76c; never given back, three jobs slid back to 7-20 % overlapped, d78a1f6).
+changed, or a job that came makes a new plan. A plan moves jobs only when it cuts their overlap by MIN_GAIN
+and the overlap it removes over `horizon` periods is more than the delays it costs (a shift only delays:
+935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where they are. Beside a job
+without the channel only the moved jobs' overlap repays their delays (issue 47: a job without the channel
+never makes the others slower; counting both, a job was moved 790 ms for 59 ms of its own overlap, 228e161),
+and only where their recent communications did overlap by MIN_GAIN (its estimates come from its readings
+while colliding: a first plan on them moved a job that was apart 476 ms into it, 988f286). A job faster than
+it comes closer to its communication each period; once they collide, TCP keeps them together (8-100 %
+overlapped in four periods) until a check moves it 150-750 ms (714394b). So a check that finds it with less
+room ahead than it may cross before a shift sent then acts (turn_rules.closing) delays it within the room
+behind it (turn_rules.within) before it collides, if that reach fits the room (periods read while colliding
+gave 1.4 s: 'holds' of 425 ms, 0511e1e). Where no job is fixed, a job faster than the slowest is held back
+so too (checks found two jobs apart while one came 10 ms a period closer, and moved nobody until they
+collided at 55 s, 855e8c2); for two jobs: with more, a hold that would move an unheld one is not made, and
+rooms are against the anchor alone. Beside a job fixed because another port plans it, both overlaps count:
+that job takes turns too. A plan that moved nobody and left overlap is made again at each start of the
+anchor (the estimates improve: e8ac288, e5f896a), and recorded only when it moves a job or finds them apart;
+beside a fixed job, at every check (an unmodified script's early 'starts' are its warm-up's flights,
+a79364e). At most `max_plans` plans that move jobs per port in a row: a job that ignores its shifts is not
+shifted for ever (found ignoring, it gives them back). A check that finds every job in its slot and their
+recent communications apart (less than MIN_GAIN) gives them back, and a hold taken its own: what moves the
+jobs later is their periods slipping apart (given back on being in the slots alone, a PS beside a ring was
+moved 9 times, 5-7 % slower, 2d8a76c; never given back, three jobs slid back to 7-20 % overlapped, d78a1f6).
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ class _Track:
 class _Port:
     tracks: dict = field(default_factory=dict)    # job -> _Track
     plan: Plan | None = None
-    plans: int = 0                                 # plans that moved a job since one held (a check found it)
+    plans: int = 0                                 # plans that moved a job since one held (or one was fixed)
     records: int = 0                               # plans made, moving a job or not
     anchor_starts: int = 0                         # the anchor's starts since the plan
     left_out: tuple = ()                           # fixed jobs the plan could not take
@@ -177,7 +178,7 @@ class Turns:
         self.config = config or TurnConfig()
         self._ports: dict[tuple[str, int], _Port] = {}
         self._owner: dict[int, tuple[str, int]] = {}   # job -> the port whose plan shifts it
-        self._fixed: set[int] = set()                  # jobs without the channel
+        self._fixed: set[int] = set()                  # jobs without the channel, or that ignore it
         self.ignored: dict[int, int] = {}              # job -> the slots it came well before (fixed at IGNORED)
 
     def on_start(self, switch: str, port: int, job: int, t_us: int, idle_us: int | None,
