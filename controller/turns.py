@@ -362,12 +362,12 @@ class Turns:
         holds = hold is not None and within(hold, held)
         if hold_only and not holds:
             return None
-        made = plan(ordered) if fixed else cheapest(plan(ordered))
+        # held back within the room behind it, before it reaches the anchor; else the port's plan
+        made = hold if holds else plan(ordered) if fixed else cheapest(plan(ordered))
         late = sorted(state.late)
         margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
         stretch = {j: m.seen_us - m.phase.period_us for j, m in now.items()} if paying else None
         if holds:
-            made = hold              # held back within the room behind it, before it reaches the anchor
             recent = (self.config.check_every + 1) * pace[0].period_us         # the last hold, judged
             took = [obeyed(state.held[j], ahead, slip, at[1], pace[0].period_us)
                     for j, (ahead, _, slip) in held.items() if j in state.held and at[1] - state.held[j][2] <= recent]
