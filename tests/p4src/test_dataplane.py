@@ -265,7 +265,15 @@ def test_pcn_host_can_leave_the_announcements_in_its_queue_out_of_the_depth_it_m
     recs = _port_records(records, rig)
     bg = [(r, _announcements_ahead(recs, r)) for r in recs if r["class"] == "background"]
     assert len(bg) == 14 and all(r["in_window"] for r, _ in bg)
-    assert all(r["marked"] == (r["enq_qdepth"] - ahead >= K_PRE) for r, ahead in bg)
+    # The switch reads the count as the packet comes in and takes an announcement off as it leaves: a
+    # packet that came in within RACE_US of an announcement leaving may count it either way (CI's suite
+    # once found one such packet wrong).
+    leaving = [r["egress_us"] for r in recs if r["announce"]]
+    wrong = [(r["ingress_us"], r["enq_qdepth"], ahead, r["marked"], leaving) for r, ahead in bg
+             if not any(r["marked"] == (r["enq_qdepth"] - n >= K_PRE)
+                        for n in ((ahead - 1, ahead, ahead + 1)
+                                  if any(abs(r["ingress_us"] - t) < RACE_US for t in leaving) else (ahead,)))]
+    assert not wrong, wrong
     # Some met K_pre only by counting the announcements ahead of them, and went unmarked.
     assert any(not r["marked"] and r["enq_qdepth"] >= K_PRE and ahead for r, ahead in bg), bg
 
