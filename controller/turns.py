@@ -37,17 +37,18 @@ margin. TCP does not share a port as a fluid (3,907 starts came 48-120 ms early 
 and 90th percentiles; with shifts alone three jobs stayed 77-78 % overlapped, 369dbb6). A job that comes
 early waits for its slot, one late misses it, so every slot is the margin later: the 90th percentile of
 how much later than foreseen the port's starts came (`_foresee`; a round off is a wrong round, and none
-is foreseen while a job waits for its slot). Beside a fixed job there is no margin.
+is foreseen while a job waits for its slot). No margin beside a fixed job, nor in a hold (sized to its room:
+a 167 ms hold sent 633 ms later went into the next job's communication, 5ad0080).
 
 Every `check_every` starts of the anchor after a plan, the latest starts are compared with the plan
 (interleave.drift): a job that moved from its slot by more than half the plan's clearance, a period that
-changed, or a job that came makes a new plan. A plan moves jobs only when it cuts their overlap by MIN_GAIN
-and the overlap it removes over `horizon` periods is more than the delays it costs (a shift only delays:
-935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where they are. Beside a job
-without the channel only the moved jobs' overlap repays their delays (issue 47: a job without the channel
-never makes the others slower; counting both, a job was moved 790 ms for 59 ms of its own overlap, 228e161),
-and only where their recent communications did overlap by MIN_GAIN (its estimates come from its readings
-while colliding: a first plan on them moved a job that was apart 476 ms into it, 988f286). A job faster than
+changed, or a job that came makes a new plan. A plan moves jobs only where their recent communications
+overlapped by MIN_GAIN (estimates read while colliding, or from a script's flights, moved jobs that were apart
+into each other: 476 ms, 988f286; 255, 421 and 337 ms beside the hooked script, 5ad0080), when it cuts their
+overlap by MIN_GAIN, and when the overlap it removes over `horizon` periods is more than the delays it costs
+(a shift only delays: 935 ms shifts of a 1,063 ms period for 9 % of overlap); otherwise it records them where
+they are. Beside a job without the channel only the moved jobs' overlap repays their delays (a job was moved
+790 ms for 59 ms of its own overlap counting both, 228e161). A job faster than
 it comes closer to its communication each period; once they collide, TCP keeps them together (8-100 %
 overlapped in four periods) until a check moves it 150-750 ms (714394b). So a check that finds it with less
 room ahead than it may cross before a shift sent then acts (turn_rules.closing) delays it within the room
@@ -249,8 +250,7 @@ class Turns:
 
     @staticmethod
     def _add(track: _Track, t_us: int, idle_us: int | None) -> None:
-        """A start, and the communication before it that it ended (from the previous start to the job's
-        last packet, `idle_us` before this one)."""
+        """A start, and the communication it ended (the previous start to the last packet, `idle_us` ago)."""
         if track.starts and idle_us is not None and t_us - idle_us > track.starts[-1]:
             track.comms.append((track.starts[-1], t_us - idle_us, t_us))
         track.starts.append(t_us)
@@ -365,7 +365,7 @@ class Turns:
         # held back within the room behind it, before it reaches the anchor; else the port's plan
         made = hold if holds else plan(ordered) if fixed else cheapest(plan(ordered))
         late = sorted(state.late)
-        margin = 0.0 if fixed or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
+        margin = 0.0 if fixed or holds or not late else max(0.0, late[min(len(late) - 1, int(LATE * len(late)))])
         stretch = {j: m.seen_us - m.phase.period_us for j, m in now.items()} if paying else None
         if holds:
             recent = (self.config.check_every + 1) * pace[0].period_us         # the last hold, judged
@@ -377,7 +377,7 @@ class Turns:
                               for j, (ahead, reach, _) in held.items())
         elif sum(made.before_fraction.values()) - sum(made.overlap_fraction.values()) < MIN_GAIN \
                 or not repays(made, self.config.horizon, margin * len(free), paying, stretch) \
-                or (paying and state.overlapped(made.jobs) < MIN_GAIN):
+                or state.overlapped(made.jobs) < MIN_GAIN:
             made = unmoved(made)     # already as apart as a shift would make them, or not worth the delay
         else:
             state.plans += 1         # what is sent counts: a job that ignores it is not shifted for ever

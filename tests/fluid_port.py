@@ -4,6 +4,7 @@ port, which the holds of a job beside one without the channel are measured on to
 
 from __future__ import annotations
 
+from pcnlab.controller.turn_rules import shared
 from pcnlab.controller.turns import Turns
 
 MS = 1000
@@ -56,3 +57,9 @@ def feed(turns: Turns, jobs: dict, iterations: int, obey: set = frozenset(), por
             plans.append(record)
             orders += [(holds, o.job, o.start_us) for o in record.orders if o.job in obey]
     return plans
+
+
+def overlapped(turns: Turns, since_us: float) -> float:
+    """The share of the jobs' communications at port 1 since `since_us` that overlapped another's."""
+    tracks = turns._ports[("s1", 1)].tracks
+    return shared({j: [c[:2] for c in t.comms if c[0] >= since_us] for j, t in tracks.items()})
