@@ -37,4 +37,3 @@ def test_the_gap_above_the_last_sustained_step_is_halved_twice(capacity, offered
 
     refine(rows, sustained)
     assert asked == offered and max(r["received_pps"] for r in rows if r["loss"] <= MAX_LOSS) == figure
-
