@@ -151,8 +151,8 @@ class PcnScheduler:
             record = self.turns.on_start(switch, burst.port, burst.job, burst.ts_us, burst.idle_us,
                                          told, holds_us, earlier, gap_us)
             if was < IGNORED <= self.turns.ignored.get(burst.job, 0):
-                self.events.write("interleave_skip", job=burst.job, reason="its communication came well before the slot sent to it "
-                                  "(it ignores its shifts): left where it is")
+                self.events.write("interleave_skip", job=burst.job, reason="its communication came well before "
+                                  "the slot sent to it (it ignores its shifts): left where it is")
             if record is not None:
                 self.events.write("interleave_plan", **record.fields())
                 self._tasks.append(asyncio.ensure_future(self._send_shifts(record, at_ns)))
