@@ -26,8 +26,9 @@ first one a shift sent now can move (decided from `holds_us` on, the channel's m
 of the port plays out the round under way from every job's latest start (fluid.first_starts; carried on
 at the pace alone instead, jobs missed their slots by 142-304 ms, 483b88a). A job belongs to the first
 port that plans it; at another it is fixed (shift 0), as is a job without the channel (`fix`: its host
-refused the datagram; an unmodified script), and one whose communication came more than half its shift
-before its slot (`IGNORED`: it ignores its shifts: a script whose own pacing takes up the wait).
+refused the datagram; an unmodified script), and one whose communication came more than half its wait
+(shift and margin) before its slot (`IGNORED`: a script whose own pacing takes up the wait; on the shift
+alone, one sent none beside a 637 ms margin was not found, d2dbc6f).
 Fixed jobs come first, the first is the anchor (after a hold where none is fixed: the slowest); a second
 is left out of the plan (named in its record). Where none is fixed, a common delay too (`cheapest`).
 
@@ -124,8 +125,7 @@ class PlanRecord:
         return {"switch": self.switch, "port": self.port, "plan": self.number, "t_us": self.at_us, "holds_us": self.holds_us,
                 "reason": self.reason, "jobs": list(p.jobs), "fixed": list(self.fixed), "left_out": list(self.left_out),
                 "shifts_us": {str(j): round(s) for j, s in p.shifts_us.items()},
-                "period_us": {str(ph.job): round(ph.period_us) for ph in p.phases},
-                "comm_us": {str(ph.job): round(ph.comm_us) for ph in p.phases},
+                **{k: {str(ph.job): round(getattr(ph, k)) for ph in p.phases} for k in ("period_us", "comm_us")},
                 "overlap_before": {str(j): round(f, 3) for j, f in p.before_fraction.items()},
                 "overlap_after": {str(j): round(f, 3) for j, f in p.overlap_fraction.items()},
                 "clearance_us": round(p.clearance_us) if p.clearance_us != float("inf") else None,
@@ -133,7 +133,7 @@ class PlanRecord:
                 "starts_us": {str(o.job): round(o.start_us) for o in self.orders if o.start_us is not None}}
 
 
-IGNORED = 1      # a job that came more than half its shift before its slot this often ignores its shifts; jobs that
+IGNORED = 1      # a job that came more than half its wait before its slot this often ignores its shifts; jobs that
                  # obey wait for it (2026-11-30's sweeps: 1 of 502 slots sent to them, 30 of 44 to the script's)
 LATE = 0.9       # a plan's margin: this quantile of how much later than foreseen the port's starts came
 LATE_SAMPLES = 32
@@ -164,7 +164,7 @@ class _Port:
     left_out: tuple = ()                           # fixed jobs the plan could not take
     held: dict = field(default_factory=dict)       # job held back -> (its room ahead then, its shift, when)
     foreseen: dict = field(default_factory=dict)   # job -> (from when, its first start decided then, as foreseen)
-    waiting: dict = field(default_factory=dict)    # job sent a slot -> (from when, its slot, its shift)
+    waiting: dict = field(default_factory=dict)    # job sent a slot -> (from when, its slot, its wait for it)
     late: deque = field(default_factory=lambda: deque(maxlen=LATE_SAMPLES))  # seen minus foreseen, µs
 
     def overlapped(self, jobs=None) -> float:
@@ -328,8 +328,8 @@ class Turns:
                 state.late.append(t_us - was[1])
             del state.foreseen[job]
         if job in state.waiting and idle_us is not None and t_us - idle_us >= state.waiting[job][0]:
-            _, slot, shift = state.waiting.pop(job)          # the start its slot held; before it: ignored
-            self.ignored[job] = self.ignored.get(job, 0) + (0 < shift and t_us < slot - shift / 2)
+            _, slot, wait = state.waiting.pop(job)           # the start its slot held; before it: ignored
+            self.ignored[job] = self.ignored.get(job, 0) + (0 < wait and t_us < slot - wait / 2)
             if self.ignored[job] >= IGNORED:
                 self.fix(job)
         for j, (since, _, _) in list(state.waiting.items()):  # a job that left does not hold the foresight
@@ -394,6 +394,6 @@ class Turns:
                                   p.start_us + made.shifts_us[p.job] + margin) for p in free) if moves else ()
         if orders:               # what was foreseen without the slots no longer holds
             state.foreseen.clear()
-            state.waiting = {o.job: (at[1], o.start_us, o.shift_us) for o in orders}
+            state.waiting = {o.job: (at[1], o.start_us, o.shift_us + margin) for o in orders}
         return PlanRecord(key[0], key[1], state.records, at[0], at[1], reason, made, tuple(p.job for p in fixed[:1]),
                           state.left_out, orders, margin if moves else 0.0)

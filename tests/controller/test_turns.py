@@ -341,6 +341,20 @@ def test_a_job_whose_communication_comes_well_before_its_slot_ignores_its_shifts
     assert plans[IGNORED].fixed == (1,) and moved[IGNORED] == [2]
 
 
+def test_a_job_that_does_not_wait_out_the_margin_of_a_slot_that_shifts_it_not_at_all_ignores_its_shifts():
+    # Job 3 computed 80 and 40 ms longer in two iterations: the plan leaves it where it is (shift 0) and
+    # sends every job its slot 80 ms (the margin) later. Jobs 1 and 2 wait for theirs; job 3 comes where it
+    # would have: found ignoring at once, and the next plan that moves jobs has it fixed. Judged on its
+    # shift alone it was found only once a plan shifted it (d2dbc6f's sweeps: a script sent no shift beside
+    # a 637 ms margin went on unnoticed, and job a was moved 225 + 637, then 368 + 637 ms beside it).
+    turns = Turns(TurnConfig(after=4, check_every=3))
+    jobs = {1: (850, 250, 0), 2: (850, 250, 100), 3: (850, 250, 200)}
+    moving = [p for p in feed(turns, jobs, 30, obey={1, 2}, longer={3: {2: 80, 3: 40}}) if p.orders]
+    assert moving[0].plan.shifts_us[3] == 0 < moving[0].margin_us and turns.ignored[3] == IGNORED
+    assert moving[1].fixed == (3,) and moving[1].margin_us == 0
+    assert turns.ignored.get(1, 0) == turns.ignored.get(2, 0) == 0
+
+
 def test_jobs_apart_are_not_moved_on_estimates_that_read_them_colliding():
     # Job 2's iterations reach the port in two flights 150 ms apart (a script's buckets) and its segmenter
     # takes the second for a start too (60 ms of silence, over the split): its period reads as half, its
