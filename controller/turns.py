@@ -134,7 +134,7 @@ class PlanRecord:
 
 
 IGNORED = 1      # a job that came more than half its wait before its slot this often ignores its shifts; jobs that
-                 # obey wait for it (2026-11-30's sweeps: 1 of 502 slots sent to them, 30 of 44 to the script's)
+                 # obey wait for it (2026-11-30's sweeps: 2 of 721 slots sent to them, 55 of 154 to the script's)
 LATE = 0.9       # a plan's margin: this quantile of how much later than foreseen the port's starts came
 LATE_SAMPLES = 32
 
