@@ -26,9 +26,8 @@ first one a shift sent now can move (decided from `holds_us` on, the channel's m
 of the port plays out the round under way from every job's latest start (fluid.first_starts; carried on
 at the pace alone instead, jobs missed their slots by 142-304 ms, 483b88a). A job belongs to the first
 port that plans it; at another it is fixed (shift 0), as is a job without the channel (`fix`: its host
-refused the datagram; an unmodified script), and one whose communication came more than half its wait
-(shift and margin) before its slot (`IGNORED`: a script whose own pacing takes up the wait; on the shift
-alone, one sent none beside a 637 ms margin was not found, d2dbc6f).
+refused the datagram; an unmodified script), and one that came more than half its wait (shift and margin)
+before its slot (`IGNORED`: a script whose pacing takes up the wait; on the shift alone, d2dbc6f missed one).
 Fixed jobs come first, the first is the anchor (after a hold where none is fixed: the slowest); a second
 is left out of the plan (named in its record). Where none is fixed, a common delay too (`cheapest`).
 
@@ -125,7 +124,8 @@ class PlanRecord:
         return {"switch": self.switch, "port": self.port, "plan": self.number, "t_us": self.at_us, "holds_us": self.holds_us,
                 "reason": self.reason, "jobs": list(p.jobs), "fixed": list(self.fixed), "left_out": list(self.left_out),
                 "shifts_us": {str(j): round(s) for j, s in p.shifts_us.items()},
-                **{k: {str(ph.job): round(getattr(ph, k)) for ph in p.phases} for k in ("period_us", "comm_us")},
+                "period_us": {str(ph.job): round(ph.period_us) for ph in p.phases},
+                "comm_us": {str(ph.job): round(ph.comm_us) for ph in p.phases},
                 "overlap_before": {str(j): round(f, 3) for j, f in p.before_fraction.items()},
                 "overlap_after": {str(j): round(f, 3) for j, f in p.overlap_fraction.items()},
                 "clearance_us": round(p.clearance_us) if p.clearance_us != float("inf") else None,

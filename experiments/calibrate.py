@@ -169,7 +169,7 @@ def measure_forwarding(results: Path, telemetry: bool, steps=STEPS_PPS, seconds:
             got = step(offered, first_seconds if i == 0 and first_seconds else seconds)
             if got["loss"] > 0.1 or got["sent_pps"] < 0.8 * offered:
                 break  # well past what it forwards (or what the sender can offer)
-        refine(rows, lambda offered: step(offered, seconds)["loss"] <= MAX_LOSS)
+        refine(rows, lambda offered: step(offered, seconds))
     lag = None
     if telemetry:
         log = _read_queue_log(rig.queue_log)
@@ -180,9 +180,9 @@ def measure_forwarding(results: Path, telemetry: bool, steps=STEPS_PPS, seconds:
     return rows, lag
 
 
-def refine(rows: list[dict], sustained, times: int = REFINE) -> None:
+def refine(rows: list[dict], measure, times: int = REFINE) -> None:
     """Halve the gap between the highest step sustained (at most MAX_LOSS lost) and the next one offered,
-    `times` times, with `sustained(offered)` (a step measured, which it adds to `rows`): the steps are
+    `times` times, with `measure(offered)` (a step's row, which it adds to `rows`): the steps are
     2.5 x apart at the light end, where a switch that lost 1.7 % at 5,000 packets/s under CPU steal read
     as 2,000 (a suite's every test that needed more was refused)."""
     held = [r["offered_pps"] for r in rows if r["loss"] <= MAX_LOSS]
@@ -192,7 +192,7 @@ def refine(rows: list[dict], sustained, times: int = REFINE) -> None:
     low, high = max(held), min(above)
     for _ in range(times):
         middle = (low + high) / 2
-        low, high = (middle, high) if sustained(middle) else (low, middle)
+        low, high = (middle, high) if measure(middle)["loss"] <= MAX_LOSS else (low, middle)
 
 
 def _cpu_during(rig: Rig, start: int, end: int) -> dict:

@@ -30,10 +30,10 @@ def test_the_gap_above_the_last_sustained_step_is_halved_twice(capacity, offered
     rows = [row(pps) for pps in ((500, 2000, 5000, 8000) if capacity < 5000 else (500, 2000, 5000))]
     asked: list = []
 
-    def sustained(pps: float) -> bool:
+    def measure(pps: float) -> dict:
         asked.append(pps)
         rows.append(row(pps))
-        return rows[-1]["loss"] <= MAX_LOSS
+        return rows[-1]
 
-    refine(rows, sustained)
+    refine(rows, measure)
     assert asked == offered and max(r["received_pps"] for r in rows if r["loss"] <= MAX_LOSS) == figure
