@@ -7,6 +7,7 @@ lock serializes the two nodes' networks here, so these tests assert completeness
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -103,12 +104,10 @@ def test_a_node_lost_mid_run_has_its_run_done_again_on_the_other(cluster, tmp_pa
     node = cluster.add_node(num_cpus=1, resources={"pcnlab": 1})
     cluster.wait_for_nodes()
     spec = _spec(tmp_path, periods="[100, 120, 140]", iterations=50, duration=7)
-    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--cluster", cluster.address,
-                              "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, cwd=ROOT)
-    time.sleep(8)                                # three runs submitted: one on each of the three nodes
-    cluster.remove_node(node, allow_graceful=False)
-    out, _ = sweep.communicate(timeout=600)
+    with _sweep(spec, cluster, tmp_path) as sweep:
+        time.sleep(8)                                # three runs submitted: one on each of the three nodes
+        cluster.remove_node(node, allow_graceful=False)
+        out = _finish(sweep, within_s=180)
     assert sweep.returncode == 0, out[-4000:]
     assert "lost on node" in out and "running it again on another machine" in out
     record = json.loads(((tmp_path / "far" / "spread" / "latest").resolve() / "cluster.json").read_text())
@@ -140,16 +139,15 @@ def test_a_node_on_other_code_is_refused_in_one_line(cluster, tmp_path, monkeypa
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path, stop):
     spec = _spec(tmp_path, periods="[100, 150]", iterations=200, duration=30)
-    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--cluster", cluster.address,
-                              "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, cwd=ROOT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _running_ledgers():
-        time.sleep(0.5)
-    assert _running_ledgers(), "no run started on the nodes"
-    time.sleep(3)
-    sweep.send_signal(stop)
-    out, _ = sweep.communicate(timeout=300)
+    assert _running_ledgers() == [], "a run of an earlier test is still up"
+    with _sweep(spec, cluster, tmp_path) as sweep:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _running_ledgers():
+            time.sleep(0.5)
+        assert _running_ledgers(), "no run started on the nodes"
+        time.sleep(3)
+        sweep.send_signal(stop)
+        out = _finish(sweep, within_s=180)
     assert sweep.returncode == 130, out[-3000:]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and _running_ledgers():
@@ -157,6 +155,61 @@ def test_ctrl_c_leaves_nothing_on_the_nodes(cluster, tmp_path, stop):
     assert _running_ledgers() == []
     clean = _pcnlab("clean")
     assert "nothing to clean" in clean.stdout, clean.stdout
+
+
+@contextlib.contextmanager
+def _sweep(spec: Path, cluster, tmp_path: Path):
+    """`pcnlab run SPEC --cluster` as a process; stopped with Ctrl-C (then killed) if a test leaves it
+    running, so that a failing test leaves no run up for the next one."""
+    sweep = subprocess.Popen([sys.executable, "-m", "pcnlab.app.cli", "run", str(spec), "--cluster", cluster.address,
+                              "--results", str(tmp_path / "far")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, cwd=ROOT)
+    try:
+        yield sweep
+    finally:
+        if sweep.poll() is None:
+            sweep.send_signal(signal.SIGINT)
+            try:
+                sweep.communicate(timeout=150)
+            except subprocess.TimeoutExpired:
+                sweep.kill()
+                sweep.communicate()
+
+
+def _finish(sweep: subprocess.Popen, within_s: float) -> str:
+    """The sweep's output once it ends; a failure with what it printed so far when it does not end in
+    time (below pytest's own timeout, which would lose it)."""
+    try:
+        return sweep.communicate(timeout=within_s)[0]
+    except subprocess.TimeoutExpired:
+        up = _runs_up()
+        sweep.send_signal(signal.SIGINT)
+        try:
+            out = sweep.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            sweep.kill()
+            out = sweep.communicate()[0]
+        pytest.fail(f"the sweep did not end within {within_s:.0f} s; runs up then: {up}; it printed:\n{out[-4000:]}")
+
+
+def _runs_up() -> list[str]:
+    """Each run with a ledger on this machine: its owner, whether that process lives and where it
+    waits in the kernel, and its status (what a hung sweep is waiting for)."""
+    from pcnlab.ledger import index_entries
+
+    found = []
+    for entry, data in index_entries(Path(DEFAULT_STATE_DIR)):
+        if data is None:
+            found.append(f"{entry.name}: unreadable")
+            continue
+        try:
+            wchan = Path(f"/proc/{data.owner_pid}/wchan").read_text() or "running"
+        except OSError:
+            wchan = "-"
+        status = (Path(data.run_dir) / "status.json")
+        found.append(f"{data.run_id} pid {data.owner_pid} {'alive' if data.owner_alive() else 'dead'} (wchan {wchan}), "
+                     f"status {status.read_text()[:200] if status.exists() else 'none'}")
+    return found
 
 
 def _running_ledgers() -> list[str]:
