@@ -45,23 +45,6 @@ class MeasuredPhase:
     seen_us: float = 0.0          # its median start to start, as seen (the phase's period is as it would be alone)
 
 
-def as_seen(now: dict, latest: dict, last: dict, at_us: float, horizon: int) -> dict:
-    """`now` (job -> MeasuredPhase) or, where the fluid model puts the jobs apart (less than MIN_GAIN
-    overlapped) while their `last` communications at the port ({job: (start, end)}) overlapped by
-    MIN_GAIN, each job's next start where its rhythm there puts it: its latest start (`latest`) plus
-    whole periods as seen (colliding: TCP's pace), the first at or after `at_us` (turns.py)."""
-    model = same_periods(list(now.values()), horizon)
-    if len(model) < 2 or sum(fractions(model).values()) >= MIN_GAIN or \
-            shared({j: [span] for j, span in last.items()}) < MIN_GAIN:
-        return now
-    out = {}
-    for job, m in now.items():
-        period = m.seen_us or m.phase.period_us
-        turns = max(1, math.ceil((at_us - latest[job]) / period))
-        out[job] = replace(m, phase=replace(m.phase, start_us=latest[job] + turns * period))
-    return out
-
-
 def same_periods(phases, horizon: int, planned: tuple[JobPhase, ...] = ()) -> list[JobPhase]:
     """The phases with periods that agree within SAME times their spread, or slip apart by less than SLIP
     of a period over `horizon` periods, taken as one (their median); a period as close to a whole multiple

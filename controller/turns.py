@@ -76,7 +76,7 @@ from dataclasses import dataclass, field, replace
 
 from pcnlab.controller.fluid import Sender, alone_us, first_starts
 from pcnlab.controller.interleave import JobPhase, Plan, drift, plan
-from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, as_seen, cheapest, closing, mad, obeyed, repays,
+from pcnlab.controller.turn_rules import (MIN_GAIN, MeasuredPhase, cheapest, closing, mad, obeyed, repays,
                                          same_periods, shared, stuck, unmoved, within)
 
 
@@ -347,10 +347,6 @@ class Turns:
         shifts hold from), and its record (`quiet`: none for a plan that moves nobody and leaves overlap,
         as the last did: its estimates are kept, the log is not filled; `hold_only`: none, and nothing
         changed, unless it holds a job back)."""
-        seen = as_seen(now, {j: state.tracks[j].starts[-1] for j in now},
-                       {j: state.tracks[j].comms[-1][:2] for j in now}, at[1], self.config.horizon)
-        reason += "; placed as seen (the model read them apart)" if seen is not now else ""
-        now = seen
         phases = same_periods(list(now.values()), horizon=self.config.horizon)
         fixed = [p for p in phases if self._fixed_at(key, p.job)]
         free = [p for p in phases if p not in fixed]

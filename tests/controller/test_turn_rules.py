@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pcnlab.controller.interleave import JobPhase, plan
-from pcnlab.controller.turn_rules import (MeasuredPhase, as_seen, cheapest, closing, obeyed, repays, same_periods, shared,
+from pcnlab.controller.turn_rules import (MeasuredPhase, cheapest, closing, obeyed, repays, same_periods, shared,
                                          stuck, unmoved, within)
 
 MS = 1000
@@ -119,24 +119,3 @@ def test_a_stretch_seen_repays_a_plan_that_leaves_the_job_apart_where_the_models
     assert not repays(made, 10, paying=[2])
     assert repays(made, 10, paying=[2], stretch={2: 200 * MS})
     assert not repays(made, 10, paying=[2], stretch={1: 200 * MS, 2: -5 * MS})
-
-
-def test_jobs_the_model_reads_apart_while_their_last_communications_collided_are_placed_as_seen():
-    # The fluid model puts a's next start half a period after b's; at the port both last sent from 10.00 s,
-    # colliding (TCP keeps colliding jobs together): their next starts are where their pace there puts them.
-    now = {1: MeasuredPhase(JobPhase(1, 900 * MS, 300 * MS, 11_000 * MS), 5 * MS, seen_us=1_000 * MS),
-           2: MeasuredPhase(JobPhase(2, 900 * MS, 300 * MS, 11_450 * MS), 5 * MS, seen_us=1_020 * MS)}
-    latest = {1: 10_000 * MS, 2: 10_010 * MS}
-    colliding = {1: (10_000 * MS, 10_550 * MS), 2: (10_010 * MS, 10_560 * MS)}
-    seen = as_seen(now, latest, colliding, 10_900 * MS, horizon=10)
-    assert {j: m.phase.start_us for j, m in seen.items()} == {1: 11_000 * MS, 2: 11_030 * MS}
-    assert {j: (m.phase.period_us, m.phase.comm_us) for j, m in seen.items()} == {1: (900 * MS, 300 * MS),
-                                                                               2: (900 * MS, 300 * MS)}
-    assert sum(plan([m.phase for m in seen.values()]).before_fraction.values()) > 1.5
-    later = as_seen(now, latest, colliding, 11_500 * MS, horizon=10)         # whole periods as seen, on from then
-    assert {j: m.phase.start_us for j, m in later.items()} == {1: 12_000 * MS, 2: 12_050 * MS}
-    # Apart at the port as in the model, or colliding in the model too: the model's phases stand.
-    apart = {1: (10_000 * MS, 10_300 * MS), 2: (10_450 * MS, 10_750 * MS)}
-    assert as_seen(now, latest, apart, 10_900 * MS, horizon=10) is now
-    together = {j: MeasuredPhase(JobPhase(j, 900 * MS, 300 * MS, 11_000 * MS), 5 * MS, seen_us=1_000 * MS) for j in (1, 2)}
-    assert as_seen(together, latest, colliding, 10_900 * MS, horizon=10) is together
