@@ -23,7 +23,8 @@ from conftest import ROOT, needs_root
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: make deps installs it")
 
-from pcnlab.ledger import DEFAULT_STATE_DIR  # noqa: E402
+from pcnlab.ledger import DEFAULT_STATE_DIR, index_entries  # noqa: E402
+from pcnlab.status import status_of  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.slow]
 
@@ -168,12 +169,17 @@ def _sweep(spec: Path, cluster, tmp_path: Path):
         yield sweep
     finally:
         if sweep.poll() is None:
-            sweep.send_signal(signal.SIGINT)
-            try:
-                sweep.communicate(timeout=150)
-            except subprocess.TimeoutExpired:
-                sweep.kill()
-                sweep.communicate()
+            _stop(sweep, within_s=150)
+
+
+def _stop(sweep: subprocess.Popen, within_s: float) -> str:
+    """Ctrl-C to the sweep, killed if it has not ended `within_s` after; what it printed."""
+    sweep.send_signal(signal.SIGINT)
+    try:
+        return sweep.communicate(timeout=within_s)[0]
+    except subprocess.TimeoutExpired:
+        sweep.kill()
+        return sweep.communicate()[0]
 
 
 def _finish(sweep: subprocess.Popen, within_s: float) -> str:
@@ -183,20 +189,13 @@ def _finish(sweep: subprocess.Popen, within_s: float) -> str:
         return sweep.communicate(timeout=within_s)[0]
     except subprocess.TimeoutExpired:
         up = _runs_up()
-        sweep.send_signal(signal.SIGINT)
-        try:
-            out = sweep.communicate(timeout=60)[0]
-        except subprocess.TimeoutExpired:
-            sweep.kill()
-            out = sweep.communicate()[0]
+        out = _stop(sweep, within_s=60)
         pytest.fail(f"the sweep did not end within {within_s:.0f} s; runs up then: {up}; it printed:\n{out[-4000:]}")
 
 
 def _runs_up() -> list[str]:
     """Each run with a ledger on this machine: its owner, whether that process lives and where it
     waits in the kernel, and its status (what a hung sweep is waiting for)."""
-    from pcnlab.ledger import index_entries
-
     found = []
     for entry, data in index_entries(Path(DEFAULT_STATE_DIR)):
         if data is None:
@@ -206,9 +205,8 @@ def _runs_up() -> list[str]:
             wchan = Path(f"/proc/{data.owner_pid}/wchan").read_text() or "running"
         except OSError:
             wchan = "-"
-        status = (Path(data.run_dir) / "status.json")
         found.append(f"{data.run_id} pid {data.owner_pid} {'alive' if data.owner_alive() else 'dead'} (wchan {wchan}), "
-                     f"status {status.read_text()[:200] if status.exists() else 'none'}")
+                     f"status {status_of(data.run_dir)}")
     return found
 
 
