@@ -57,10 +57,14 @@ def bursts_from_queue_log(log: pd.DataFrame, gap_us: int) -> list[Burst]:
 
 
 def marks_and_drops(log: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per class: packets, CE marks and drops by the program; DDL also `behind` (first served: packets
+    behind another job's earlier burst; a queue log from before the flag has none)."""
     out = {}
     for cls, rows in log.groupby("class"):
         out[str(cls)] = {"packets": int(len(rows)), "marked": int(rows["marked"].sum()),
                          "dropped": int(rows["dropped"].sum())}
+        if cls == "ddl" and "behind" in rows:
+            out[str(cls)]["behind"] = int(rows["behind"].fillna(0).sum())
     return out
 
 

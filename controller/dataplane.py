@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pcnlab.controller.modes import DROPTAIL, K, K_PRE, K_PRE_MODES, MODES
+from pcnlab.controller.modes import DROPTAIL, K, K_PRE, K_PRE_MODES, MARKING_MODES, MODES
 from pcnlab.controller.segments import REPORT_GAP_US
 from pcnlab.controller.telemetry import CLASS_NAMES
 from pcnlab.errors import UsageError
@@ -41,9 +41,9 @@ LOSS_SCALE = FACTS["LOSS_SCALE"]   # p4src/loss.p4's unit: packets lost per LOSS
 SWITCH_PARAMS = ("switch_id", "telemetry_every", "telemetry_session")   # every port_mode action starts with them
 MODE_ACTIONS = {   # mode -> its port_mode action, and the parameters after SWITCH_PARAMS
     DROPTAIL: ("mode_droptail", ()),
-    "ecn": ("mode_ecn", ("k",)),
-    "pcn": ("mode_pcn", ("k", "k_pre", "drop_non_ect")),
-    "pcn-host": ("mode_pcn_host", ("k", "k_pre", "hold_us", "discount_announcements")),
+    "ecn": ("mode_ecn", ("k", "k_behind")),
+    "pcn": ("mode_pcn", ("k", "k_pre", "drop_non_ect", "k_behind")),
+    "pcn-host": ("mode_pcn_host", ("k", "k_pre", "hold_us", "discount_announcements", "k_behind")),
 }
 ACTIONS: dict[str, tuple[str, ...]] = {   # action -> its parameters
     "forward": ("port", "dst_mac"), "set_ddl": ("job", "burst_gap_us", "burst_min_payload"),
@@ -96,6 +96,11 @@ def k_pre_fits(mode: str, k: int, k_pre: int) -> bool:
     return mode not in K_PRE_MODES or 0 <= k_pre <= k
 
 
+def k_behind_fits(mode: str, k: int, k_behind: int | None) -> bool:
+    """First served (None: off) needs a marking mode (MARKING_MODES) and 0 <= k_behind <= k."""
+    return k_behind is None or (mode in MARKING_MODES and 0 <= k_behind <= k)
+
+
 @dataclass(frozen=True)
 class PortMode:
     """How one egress port treats its queue. k and k_pre are queue depths in packets."""
@@ -106,12 +111,16 @@ class PortMode:
     drop_non_ect: bool = DROP_NON_ECT  # pcn: drop background non-ECT packets above k_pre inside a window
     hold_us: int = HOLD_US      # pcn-host: an announcement holds K_pre for at most this long
     count_announcements: bool = COUNT_ANNOUNCEMENTS  # pcn-host: queued announcements count in its depth
+    k_behind: int | None = None  # first served: a DDL job's threshold behind another's earlier burst (None: k, off)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         if not 0 <= self.k <= MAX_QDEPTH or not k_pre_fits(self.mode, self.k, self.k_pre):
             raise UsageError(f"mode {self.mode}: need 0 <= k_pre ({self.k_pre}) <= k ({self.k})")
+        if not k_behind_fits(self.mode, self.k, self.k_behind):
+            raise UsageError(f"mode {self.mode}: k_behind ({self.k_behind}) needs a marking mode "
+                             f"({', '.join(MARKING_MODES)}) and 0 <= k_behind <= k ({self.k})")
         if not 0 < self.hold_us <= MAX_BURST_GAP_US:
             raise UsageError(f"mode {self.mode}: hold_us must be between 1 and {MAX_BURST_GAP_US}, not {self.hold_us}")
 
@@ -119,7 +128,8 @@ class PortMode:
         """The port_mode action; `switch`: the switch's id and telemetry (DataPlaneConfig.switch_params)."""
         name, params = MODE_ACTIONS[self.mode]
         values = {"k": self.k, "k_pre": self.k_pre, "drop_non_ect": int(self.drop_non_ect), "hold_us": self.hold_us,
-                  "discount_announcements": int(not self.count_announcements)}
+                  "discount_announcements": int(not self.count_announcements),
+                  "k_behind": self.k if self.k_behind is None else self.k_behind}
         return action(name, **switch, **{p: values[p] for p in params})
 
 

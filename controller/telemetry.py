@@ -19,12 +19,13 @@ _ETHERTYPE_BYTES = ETHERTYPE_PCN_TELEMETRY.to_bytes(2, "big")
 
 FLAG_MARKED, FLAG_DROPPED, FLAG_BURST_START = FACTS["TEL_MARKED"], FACTS["TEL_DROPPED"], FACTS["TEL_BURST_START"]
 FLAG_IN_WINDOW, FLAG_ECT, FLAG_ANNOUNCE = FACTS["TEL_IN_WINDOW"], FACTS["TEL_ECT"], FACTS["TEL_ANNOUNCE"]
+FLAG_BEHIND = FACTS["TEL_BEHIND"]
 CLASS_BACKGROUND, CLASS_DDL = FACTS["CLASS_BACKGROUND"], FACTS["CLASS_DDL"]
 CLASS_NAMES = {value: name.lower() for name, value in FACTS.prefixed("CLASS_").items()}   # the queue log's words
 
 COLUMNS = ("host_ns", "switch", "seq", "port", "class", "job", "ingress_us", "egress_us", "enq_qdepth",
            "deq_qdepth", "queue_delay_us", "packet_length", "payload_bytes", "src_host", "dst_host", "marked",
-           "dropped", "burst_start", "in_window", "ect", "announce")
+           "dropped", "burst_start", "in_window", "ect", "announce", "behind")
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,17 @@ class TelemetryRecord:
     def announce(self) -> bool:
         return bool(self.flags & FLAG_ANNOUNCE)
 
+    @property
+    def behind(self) -> bool:
+        """A DDL packet behind another job's burst that started first, marked at the mode's k_behind."""
+        return bool(self.flags & FLAG_BEHIND)
+
     def row(self, host_ns: int, switch: str) -> tuple:
         return (host_ns, switch, self.seq, self.port, self.class_name,
                 self.job, self.ingress_us, self.egress_us, self.enq_qdepth, self.deq_qdepth,
                 self.queue_delay_us, self.packet_length, self.payload_bytes, self.src_host, self.dst_host,
                 int(self.marked), int(self.dropped),
-                int(self.burst_start), int(self.in_window), int(self.ect), int(self.announce))
+                int(self.burst_start), int(self.in_window), int(self.ect), int(self.announce), int(self.behind))
 
 
 # decode_frame unpacks by position, for speed: a record laid out otherwise stops here, not in a collector.

@@ -1,6 +1,7 @@
-/* Egress: the port's mode (drop-tail, ECN at K, PCN pre-drain window, pcn-host announcements), which
- * also carries the switch's telemetry settings (one table for both: each table costs BMv2 per packet),
- * and the per-port/class counters of what left; queue telemetry (telemetry.p4) samples what it decided. */
+/* Egress: the port's mode (drop-tail, ECN at K, PCN pre-drain window, pcn-host announcements, first
+ * served), which also carries the switch's telemetry settings (one table for both: each table costs BMv2
+ * per packet), and the per-port/class counters of what left; queue telemetry (telemetry.p4) samples what
+ * it decided. */
 #ifndef PCN_EGRESS_P4
 #define PCN_EGRESS_P4
 
@@ -30,20 +31,25 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         meta.marking = 0;
     }
 
-    action mode_ecn(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k) {
+    /* Every marking mode's last parameter: k_behind, the threshold for a DDL job's packets while another
+     * job's burst that started first is under way at the port (ingress.p4's first_served; k: off). */
+    action mode_ecn(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
+                    qdepth_t k_behind) {
         telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k;
+        meta.k_behind = k_behind;
     }
 
     /* Ours: K_pre applies to background traffic while a pre-drain window armed by the controller is open. */
     action mode_pcn(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
-                    qdepth_t k_pre, bit<1> drop_non_ect) {
+                    qdepth_t k_pre, bit<1> drop_non_ect, qdepth_t k_behind) {
         telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k_pre;
+        meta.k_behind = k_behind;
         meta.drop_non_ect = drop_non_ect;
         meta.use_windows = 1;
     }
@@ -53,11 +59,12 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
      * (egress time): a packet that queued before the announcement still carries the signal, and the
      * burst's arrival ends it for every packet still queued. */
     action mode_pcn_host(bit<16> switch_id, bit<32> telemetry_every, bit<32> telemetry_session, qdepth_t k,
-                         qdepth_t k_pre, bit<32> hold_us, bit<1> discount_announcements) {
+                         qdepth_t k_pre, bit<32> hold_us, bit<1> discount_announcements, qdepth_t k_behind) {
         telemetry_config(switch_id, telemetry_every, telemetry_session);
         meta.marking = 1;
         meta.k = k;
         meta.k_pre = k_pre;
+        meta.k_behind = k_behind;
         meta.discount_announcements = discount_announcements;
         bit<16> jobs;
         announced_jobs.read(jobs, (bit<32>)std.egress_port);
@@ -134,6 +141,10 @@ control PcnEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
             if (low) {
                 threshold = meta.k_pre;
                 flags = flags | TEL_IN_WINDOW;
+            }
+            if (meta.behind == 1 && meta.k_behind < meta.k) {   /* first served: this job waits its turn */
+                threshold = meta.k_behind;
+                flags = flags | TEL_BEHIND;
             }
             qdepth_t depth = std.enq_qdepth;
             if (meta.discount_announcements == 1) {

@@ -35,6 +35,7 @@ const bit<8> TEL_BURST_START = 0x04;  /* first DDL packet of a burst on this por
 const bit<8> TEL_IN_WINDOW   = 0x08;  /* a pre-drain window (pcn) or announcement (pcn-host) was active */
 const bit<8> TEL_ECT         = 0x10;  /* the packet was ECN-capable on arrival */
 const bit<8> TEL_ANNOUNCE    = 0x20;  /* a PCN-START announcement (pcn-host), not part of any burst */
+const bit<8> TEL_BEHIND      = 0x40;  /* a DDL packet behind another job's burst that started first (k_behind) */
 
 header ethernet_h {
     mac_t   dst;
@@ -161,6 +162,8 @@ struct metadata_t {
     bit<1>  use_windows;       /* pcn: look the packet's time up in predrain_windows */
     bit<1>  window_open;
     bit<1>  discount_announcements; /* pcn-host: mark at the depth without the queued announcements */
+    bit<1>  behind;            /* a DDL data packet while another job's burst that started first is under way */
+    qdepth_t k_behind;         /* the threshold for such packets (first served, first_served.p4); k: off */
     telemetry_meta_t tel;
 }
 

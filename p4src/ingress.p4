@@ -1,6 +1,6 @@
 /* Ingress: forwarding, traffic classes, random loss of DDL data packets (loss.p4), burst-start detection
- * from data packets and digests, pcn-host announcements, and the per-port/class counter of packets
- * handed to each egress queue. Kept to what every packet needs: each table and primitive costs BMv2 per
+ * from data packets and digests, pcn-host announcements, which job's burst a port serves first, and the
+ * per-port/class counter of packets handed to each egress queue. Kept to what every packet needs: each table and primitive costs BMv2 per
  * packet (bench/bench_dataplane.py). */
 #ifndef PCN_INGRESS_P4
 #define PCN_INGRESS_P4
@@ -78,6 +78,24 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         announcement_in_us.write(port, std.ingress_global_timestamp);
     }
 
+    /* First served: the DDL job whose burst towards `port` started first and is under way (its last data
+     * packet came less than its G ago) keeps the port; a data packet of another job meanwhile is behind it,
+     * and egress marks it at the mode's k_behind, so its senders back off until that burst is over. The
+     * in-network alternative to time shifts (issue 47): BMv2's priority queues cannot serve it, as each has
+     * a rate limiter of its own and the port none (bench/priority_queues.py). */
+    action first_served(bit<32> port, time_us_t now) {
+        bit<8> first;
+        first_job.read(first, port);
+        time_us_t last;
+        last_ddl_us.read(last, port * MAX_JOBS + (bit<32>)first);
+        bit<32> gap;
+        first_gap_us.read(gap, port);
+        bool under_way = first != 0 && first != meta.job && now - last <= (time_us_t)gap;
+        meta.behind = (bit<1>)under_way;
+        first_job.write(port, under_way ? first : meta.job);
+        first_gap_us.write(port, under_way ? gap : meta.burst_gap_us);
+    }
+
     apply {
         forwarding.apply(hdr, std);
         if (!hdr.ipv4.isValid() || std.egress_spec >= MAX_PORTS) {
@@ -143,6 +161,7 @@ control PcnIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                         announced_jobs.write(port, jobs - 1);
                     }
                 }
+                first_served(port, now);
                 last_ddl_us.write(idx, now);
                 active_job.write(port, meta.job);
                 active_gap_us.write(port, meta.burst_gap_us);

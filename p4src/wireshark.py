@@ -37,6 +37,7 @@ FLAG_LABELS = {
     "MARKED": "CE-marked here", "DROPPED": "Dropped by the program (early drop)",
     "BURST_START": "First DDL packet of a burst on this port", "IN_WINDOW": "Pre-drain window / announcement active",
     "ECT": "ECN-capable on arrival", "ANNOUNCE": "PCN-START announcement",
+    "BEHIND": "Behind another job's burst that started first (k_behind)",
 }
 _UINT = {8: "uint8", 16: "uint16", 32: "uint32", 48: "uint64"}
 

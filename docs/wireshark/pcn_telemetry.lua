@@ -29,6 +29,7 @@ local f = {
     in_window = ProtoField.bool("pcn.flags.in_window", "Pre-drain window / announcement active", 8, nil, 0x08),
     ect = ProtoField.bool("pcn.flags.ect", "ECN-capable on arrival", 8, nil, 0x10),
     announce = ProtoField.bool("pcn.flags.announce", "PCN-START announcement", 8, nil, 0x20),
+    behind = ProtoField.bool("pcn.flags.behind", "Behind another job's burst that started first (k_behind)", 8, nil, 0x40),
     reserved = ProtoField.uint8("pcn.reserved", "Reserved", base.HEX),
     ingress_us = ProtoField.uint64("pcn.ingress_us", "Ingress time (us, switch clock)", base.DEC),
     egress_us = ProtoField.uint64("pcn.egress_us", "Egress time (us, switch clock)", base.DEC),
@@ -42,8 +43,8 @@ local f = {
 }
 pcn.fields = {
     f.seq, f.switch_id, f.port, f.class, f.job, f.flags, f.marked, f.dropped,
-    f.burst_start, f.in_window, f.ect, f.announce, f.reserved, f.ingress_us, f.egress_us, f.enq_qdepth,
-    f.deq_qdepth, f.queue_delay_us, f.packet_length, f.payload_bytes, f.src_host, f.dst_host,
+    f.burst_start, f.in_window, f.ect, f.announce, f.behind, f.reserved, f.ingress_us, f.egress_us,
+    f.enq_qdepth, f.deq_qdepth, f.queue_delay_us, f.packet_length, f.payload_bytes, f.src_host, f.dst_host,
 }
 
 function pcn.dissector(tvb, pinfo, tree)
@@ -64,6 +65,7 @@ function pcn.dissector(tvb, pinfo, tree)
     flags:add(f.in_window, tvb(10, 1))
     flags:add(f.ect, tvb(10, 1))
     flags:add(f.announce, tvb(10, 1))
+    flags:add(f.behind, tvb(10, 1))
     t:add(f.reserved, tvb(11, 1))
     t:add(f.ingress_us, tvb(12, 6), tvb(12, 6):uint64())
     t:add(f.egress_us, tvb(18, 6), tvb(18, 6):uint64())

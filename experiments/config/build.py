@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcnlab.controller.dataplane import k_pre_fits
+from pcnlab.controller.dataplane import k_behind_fits, k_pre_fits
 from pcnlab.controller.modes import DROPTAIL, MARKING_MODES
 from pcnlab.errors import UsageError
 from pcnlab.experiments.config.changes import schedule
@@ -76,6 +76,13 @@ def build(tree: Raw, ctx: Context) -> dict:
         where = first_where(md.get("K_pre"), md.get("K"), fallback=mode_where)
         raise error(where, "mode.K_pre", f"{mode.K_pre} is above K ({mode.K}); K_pre must be at most K "
                                          "(it is the lower threshold used while a burst is expected)")
+    if not k_behind_fits(mode.kind, mode.K, mode.K_behind):
+        where = first_where(md.get("K_behind"), md.get("K"), fallback=mode_where)
+        raise error(where, "mode.K_behind", f"{mode.K_behind} is above K ({mode.K}); K_behind must be at most K "
+                                            "(the lower threshold a job behind another's earlier burst is marked "
+                                            "at)" if mode.kind in MARKING_MODES else f"applies to the marking modes "
+                                            f"({', '.join(MARKING_MODES)}); {mode.kind} never marks: remove it, "
+                                            "or change mode.kind")
     if switch.kind == "bridge" and mode.kind != DROPTAIL:
         where = first_where(md.get("kind"), sw.get("kind"), fallback=mode_where)
         raise error(where, "mode.kind", f"mode {mode.kind} needs switch kind bmv2: a Linux bridge only drops "

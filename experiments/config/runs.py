@@ -80,11 +80,13 @@ class ModeConfig:
     announce_hold_us: int = default("mode", "announce_hold_us")
     count_announcements: bool = default("mode", "count_announcements")
     interleave: bool = default("mode", "interleave")   # controller/turns.py: jobs at a shared port take turns
+    K_behind: int | None = default("mode", "K_behind")  # first served (ingress.p4): None off
 
     def port_mode_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.dataplane.PortMode."""
         return {"mode": self.kind, "k": self.K, "k_pre": self.K_pre, "drop_non_ect": self.drop_non_ect,
-                "hold_us": self.announce_hold_us, "count_announcements": self.count_announcements}
+                "hold_us": self.announce_hold_us, "count_announcements": self.count_announcements,
+                "k_behind": self.K_behind}
 
     def planner_kwargs(self) -> dict:
         """Arguments of pcnlab.controller.windows.PlannerConfig (lead None: the planner's automatic lead)."""

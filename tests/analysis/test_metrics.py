@@ -43,6 +43,9 @@ def test_marks():
     rows = [(1, "background", 0, i * 1000, i * 1000 + 10, 0, 1250, i % 2, 0, 5) for i in range(11)]
     log = _log(rows)
     assert marks_and_drops(log)["background"] == {"packets": 11, "marked": 5, "dropped": 0}
+    ddl = _log([(1, "ddl", 1, i * 1000, i * 1000 + 10, 0, 1250, 1, 0, 5) for i in range(4)]).assign(behind=[1, 1, 0, 0])
+    assert marks_and_drops(ddl)["ddl"] == {"packets": 4, "marked": 4, "dropped": 0, "behind": 2}
+    assert "behind" not in marks_and_drops(_log(rows[:2] + [(1, "ddl", 1, 0, 10, 0, 1250, 0, 0, 5)]))["ddl"]
 
 
 def test_peak_to_mean_and_backlog():

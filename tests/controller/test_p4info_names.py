@@ -87,7 +87,7 @@ def test_the_check_finds_what_the_program_does_not_have(schema):
         "table port_modes: not in the P4Info",
         "action lose: parameters ['rate_per_million', 'seed'], the P4Info's ['rate_per_million']",
         "action mode_ecn: parameters ['switch_id', 'telemetry_every', 'telemetry_session'], the P4Info's "
-        "['k', 'switch_id', 'telemetry_every', 'telemetry_session']",
+        "['k', 'k_behind', 'switch_id', 'telemetry_every', 'telemetry_session']",
         "counter rx_port_class: not in the P4Info",
         "digest burst_digest_t: fields ['idle', 'job', 'kind', 'queue', 'ts'], the P4Info's "
         "['idle', 'job', 'kind', 'port', 'queue', 'ts']",

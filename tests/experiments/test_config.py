@@ -115,7 +115,7 @@ def test_every_default_is_resolved(tmp_path):
             for i, v in enumerate(value):
                 no_none_but_rate(v, f"{path}.{i}")
         else:
-            assert value is not None or path.endswith((".rate", ".every", ".reference", ".burst_gap_us")), path
+            assert value is not None or path.endswith((".rate", ".every", ".reference", ".burst_gap_us", ".K_behind")), path
     no_none_but_rate(run.to_dict())
 
 

@@ -1,6 +1,6 @@
 """A real BMv2 switch running p4src/pcn.p4 between three hosts, for data-plane tests.
 
-h1 sends background traffic, h2 DDL traffic (job 1), both to h3; the port towards h3 drains slowly
+h1 sends background traffic, h2 DDL traffic (job 1), both to h3 (`jobs` makes other hosts' traffic DDL); the port towards h3 drains slowly
 (its BMv2 queue rate is lowered) so a queue builds; m1 is the switch's monitor host, where the queue
 log collector runs on the telemetry clones.
 """
@@ -31,7 +31,8 @@ PCN_START_DSCP = 3  # what the tests announce with; the code point is configurat
 
 
 class DataPlaneRig:
-    def __init__(self, results: Path, rate_pps: int = 200, depth: int = 300, burst_gap_us: int = 50_000):
+    def __init__(self, results: Path, rate_pps: int = 200, depth: int = 300, burst_gap_us: int = 50_000,
+                 jobs: dict[str, int] | None = None):
         self.rate_pps = rate_pps
         self.run = RunFolder.create(results, "dataplane", "rig")
         topo = make_topology("star", hosts=3, monitors=True)
@@ -42,7 +43,8 @@ class DataPlaneRig:
         endpoint = dataclasses.replace(endpoint, queues=(PortQueue(self.port, rate_pps, depth),))
         self.config = DataPlaneConfig(
             switch_id=1,
-            classes=(FlowClass(job=1, src=f"{self.net.host('h2').IP()}/32", burst_gap_us=burst_gap_us),),
+            classes=tuple(FlowClass(job=job, src=f"{self.net.host(host).IP()}/32", burst_gap_us=burst_gap_us)
+                          for host, job in (jobs or {"h2": 1}).items()),
             modes={p: PortMode("droptail") for p in endpoint.ports},
             telemetry_port=self.monitor_port, pcn_start_dscp=PCN_START_DSCP)
         self.bursts, self.ends = [], []   # the switch's burst digests: starts, and ends

@@ -30,7 +30,8 @@ def test_the_controller_and_the_collector_take_them_from_the_program():
     # The record: its size in the struct the collector unpacks, in the layout, and in the clone's truncation.
     assert telemetry.RECORD.size == f.telemetry_bytes == f["TELEMETRY_FRAME_BYTES"] - telemetry.ETH_HEADER == 44
     assert [x.offset for x in f.telemetry[:3]] == [0, 4, 6] and f.telemetry[-1].offset == 42
-    assert telemetry.FLAG_ANNOUNCE == f["TEL_ANNOUNCE"] and len(f.prefixed("TEL_")) == 6
+    assert telemetry.FLAG_ANNOUNCE == f["TEL_ANNOUNCE"] and telemetry.FLAG_BEHIND == f["TEL_BEHIND"]
+    assert len(f.prefixed("TEL_")) == 7
 
 
 def test_a_change_in_the_source_is_a_change_in_the_facts(tmp_path):
