@@ -67,7 +67,7 @@ def start_controller(run: RunConfig, topo, endpoints: Sequence[SwitchEndpoint], 
                              PlannerConfig(**run.mode.planner_kwargs(), port_rates=port_rates(endpoints)),
                              arm=run.mode.kind in WINDOW_MODES, channel=ShiftChannel() if run.mode.interleave else None)
     thread = ControllerThread(controller).start()
-    events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre)
+    events.write("mode", mode=run.mode.kind, K=run.mode.K, K_pre=run.mode.K_pre, K_behind=run.mode.K_behind)
     return thread, scheduler
 
 

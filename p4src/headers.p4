@@ -163,7 +163,7 @@ struct metadata_t {
     bit<1>  window_open;
     bit<1>  discount_announcements; /* pcn-host: mark at the depth without the queued announcements */
     bit<1>  behind;            /* a DDL data packet while another job's burst that started first is under way */
-    qdepth_t k_behind;         /* the threshold for such packets (first served, first_served.p4); k: off */
+    qdepth_t k_behind;         /* the threshold for such packets (first served, ingress.p4); k: off */
     telemetry_meta_t tel;
 }
 

@@ -27,6 +27,8 @@ import time
 from pcnlab.workloads.joblog import JsonLog
 from pcnlab.workloads.netutil import PCN_START_TOS, tcp_info
 
+LATER_ROUND = 0.75   # a slot more than this share of the process's own period past its shift is a round later
+
 DEFAULT_LEAD_US = 1000.0   # when no connection to the destination tells its RTT yet
 LEAD_RTTS = 2              # the default lead, in smoothed RTTs of the connection to the destination
 
@@ -66,11 +68,18 @@ class Shifts:
     the job moved twice the shift), and the controller knows which one (the starts decided before the
     moment are played out: controller/fluid.py). A shift may name its slot (`start_ns`): that communication
     then starts no sooner than it, however late or early the one before it ended (the controller foresees
-    a collided round's end only roughly), and the delay is what is left to wait."""
+    a collided round's end only roughly), and the delay is what is left to wait. A slot that leaves more
+    than LATER_ROUND of the process's own period (its last decision to this one) to wait beyond the shift
+    is for the next round, and waits for the next decision: the controller takes a communication as
+    decided when its last packet has crossed the port, a process when it decides, and a PS worker decides
+    once its answer is back (for 204 KB at 20 Mbit/s, 85 ms later). Taken in the round before, two
+    PyTorch PS jobs waited a whole period more at 22 of 25 slots (542-699 ms; 7-8 % slower than without
+    interleaving; docs/results.md)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._pending: list[tuple[int, float, int | None]] = []      # (at_ns, shift_us, start_ns)
+        self._decided: int | None = None                             # the last decision's moment
 
     def add(self, shift_us: float, at_ns: int = 0, start_ns: int | None = None) -> None:
         """A shift holding from `at_ns`; one that names a slot replaces a slot not yet taken (a later plan's
@@ -87,7 +96,11 @@ class Shifts:
         it (when the planned start is known), else the shift; those are taken, once. Logged as applied
         before iteration `it` when one is taken."""
         with self._lock:
-            due = [s for s in self._pending if decided_ns is None or s[0] <= decided_ns]
+            period = decided_ns - self._decided if decided_ns is not None and self._decided is not None else 0
+            self._decided = decided_ns if decided_ns is not None else self._decided
+            due = [s for s in self._pending if (decided_ns is None or s[0] <= decided_ns)
+                   and not (period > 0 and s[2] is not None and planned_ns is not None
+                            and s[2] - planned_ns - s[1] * 1e3 > LATER_ROUND * period)]
             self._pending = [s for s in self._pending if s not in due]
         shift_us = 0.0
         for _, us, start_ns in due:

@@ -226,8 +226,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "script) is left where it is and named (controller/turns.py). Any mode"),
         Key("K_behind", "int", None, "first served, the in-network alternative to interleave: while the burst of "
             "the DDL job that started first at a port is under way (its last data packet less than its G ago), "
-            "another job's packets are marked at this depth instead of K, so its senders back off until that "
-            "burst is over (p4src/ingress.p4; BMv2's priority queues cannot hold a port's rate). At most K; "
+            "another job's ECN-capable data packets are marked at this depth instead of K, so its senders back "
+            "off until that burst is over (p4src/ingress.p4; BMv2's priority queues cannot hold a port's rate). At most K; "
             f"{', '.join(MARKING_MODES)}", unit="packets", min=0, max=MAX_QDEPTH, nullable=True,
             default_doc="off"),
         Key("count_announcements", "bool", COUNT_ANNOUNCEMENTS, "pcn-host: the announcements waiting in the queue count in "

@@ -3,7 +3,7 @@ their compute, whose PSs share h1's port, start together and collide. With K_beh
 the packets of the job whose burst came second while the first one's is under way; the first finishes
 as if alone and starts its next iteration earlier, the second waits, and within a few iterations their
 communications no longer overlap, with nothing sent to the jobs. The value goes from the YAML to the
-switch (the queue log's `behind` flags). Where a machine starts the jobs too far apart to collide, it
+switch (the queue log's `behind` flags); the others keep K. Where a machine starts the jobs too far apart to collide, it
 skips, saying how far apart they started."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 
 from conftest import needs_bmv2, run_experiment
 from pcnlab.analysis.interference import overlap_us
-from pcnlab.jsonlines import read_json_lines
 
 pytestmark = [needs_bmv2, pytest.mark.slow]
 
@@ -45,11 +44,10 @@ def test_two_colliding_jobs_part_when_the_first_burst_is_served_first(module_res
         pytest.skip(f"the jobs started {abs(starts[1] - starts[0]) / 1000:.0f} ms apart and overlapped "
                     f"{share(first):.0%} in their first iteration: nothing to serve first")
     queue = pd.read_csv(run / "queue-s1.csv")
-    ddl = queue[(queue["port"] == 1) & (queue["class"] == "ddl") & (queue["payload_bytes"] > 0)]
+    # ECN-capable data (a retransmission is not: Linux sets ECT on new data only) behind the other's burst
+    ddl = queue[(queue["port"] == 1) & (queue["class"] == "ddl") & (queue["payload_bytes"] > 0) & (queue["ect"] == 1)]
     behind = ddl[ddl["behind"] == 1]
     assert len(behind) > 0 and (behind["marked"] == 1).all()      # K_behind 0: every one of them marked
-    assert ((ddl["behind"] == 0) | (ddl["marked"] == 1)).all()
+    assert (ddl.loc[ddl["behind"] == 0, "marked"] == (ddl.loc[ddl["behind"] == 0, "enq_qdepth"] >= 40)).all()
     late = table[table["iteration"] >= 8]
     assert len(late) >= 12 and share(late) < 0.1, (share(first), share(late))
-    events = read_json_lines(run / "events.jsonl")[1]
-    assert not [e for e in events if e["type"] == "shift"]           # the switch alone: nothing sent to the jobs

@@ -27,19 +27,20 @@ def rig(tmp_path_factory):
 
 
 def _two_bursts(rig, first: str, second: str) -> tuple[list, list]:
-    """`first` sends 20 packets (a queue below K), then `second` 60: each job's records at the port, in
-    the order sent."""
+    """`first` sends 40 packets (its last ten meet K or more), then, once the queue has drained and well
+    within G, `second` 60 (a queue from 0 up): each job's records at the port, in the order sent."""
     with rig.queue_log() as (records, summary):
-        rig.blast(first, 20)
+        rig.blast(first, 40)
+        rig.drain(40)
         rig.blast(second, 60)
-        rig.drain(80)
+        rig.drain(60)
     assert summary["lost"] == 0
     mine = [r for r in records if r["port"] == rig.port and r["class"] == "ddl"]
     by_host = {h: sorted((r for r in mine if r["src_host"] == int(rig.net.host(h).IP().split(".")[3])),
                           key=lambda r: r["ingress_us"])
                for h in (first, second)}
     a, b = by_host[first], by_host[second]
-    assert len(a) == 20 and len(b) == 60
+    assert len(a) == 40 and len(b) == 60
     assert b[0]["ingress_us"] - a[-1]["ingress_us"] < G_US   # the second came while the first was under way
     return a, b
 
@@ -56,7 +57,7 @@ def test_the_job_that_started_second_is_marked_at_k_behind_while_the_first_sends
     assert all(r["behind"] and r["marked"] for r in second)            # every one, at any depth
     assert any(r["enq_qdepth"] < K for r in second)
     assert not any(r["behind"] for r in first)
-    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in first)   # the first keeps K
+    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in first) and any(r["marked"] for r in first)  # keeps K
 
 
 def test_first_is_whoever_started_first_not_a_job_number(rig):
@@ -74,3 +75,11 @@ def test_without_k_behind_both_jobs_are_marked_at_k(rig):
     for r in first + second:
         assert not r["behind"] and r["marked"] == (r["enq_qdepth"] >= K)
     assert any(r["enq_qdepth"] < K for r in second)
+
+
+def test_pcn_serves_first_too_and_keeps_k_pre_for_background_only(rig):
+    rig.set_mode(PortMode("pcn", k=K, k_pre=8, k_behind=K_BEHIND))
+    _quiet(rig)
+    first, second = _two_bursts(rig, "h1", "h2")
+    assert all(r["behind"] and r["marked"] for r in second) and any(r["enq_qdepth"] < K for r in second)
+    assert all(r["marked"] == (r["enq_qdepth"] >= K) for r in first) and not any(r["in_window"] for r in first)

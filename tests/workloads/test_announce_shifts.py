@@ -40,6 +40,25 @@ def test_a_shift_that_names_its_slot_waits_what_is_left_to_it():
     assert shifts.take(decided_ns=2_000) == 300.0                         # the plan unknown: the shift
 
 
+def test_a_slot_a_round_later_waits_for_the_next_decision():
+    # A process deciding every 545 ms; a slot with no shift 545 ms after the communication it plans now
+    # (the controller took that one as decided already) is the next one's: taken then, with no wait.
+    ms = 1_000_000
+    shifts = Shifts()
+    assert shifts.take(decided_ns=1_000 * ms, planned_ns=1_200 * ms) == 0.0
+    shifts.add(0.0, at_ns=1_500 * ms, start_ns=1_745 * ms + 545 * ms)
+    assert shifts.take(decided_ns=1_545 * ms, planned_ns=1_745 * ms) == 0.0       # kept
+    assert shifts.take(decided_ns=2_090 * ms, planned_ns=2_290 * ms) == 0.0       # taken: at its slot
+    assert shifts.take(decided_ns=2_635 * ms, planned_ns=2_835 * ms) == 0.0 and not shifts._pending
+    # A slot within the round (its shift, and less than 0.75 of a period of margin) is this one's.
+    shifts.add(300_000.0, at_ns=2_700 * ms, start_ns=3_380 * ms + 300 * ms + 200 * ms)
+    assert shifts.take(decided_ns=3_180 * ms, planned_ns=3_380 * ms) == 500_000.0
+    # The first decision has no period yet: a slot is taken as named.
+    fresh = Shifts()
+    fresh.add(0.0, at_ns=0, start_ns=2_000 * ms)
+    assert fresh.take(decided_ns=1 * ms, planned_ns=200 * ms) == 1_800_000.0
+
+
 def test_the_listener_takes_a_slot_only_where_it_is_a_time_after_its_moment(tmp_path):
     import json
     import socket
