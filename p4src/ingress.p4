@@ -1,7 +1,7 @@
 /* Ingress: forwarding, traffic classes, random loss of DDL data packets (loss.p4), burst-start detection
  * from data packets and digests, pcn-host announcements, which job's burst a port serves first, and the
- * per-port/class counter of packets handed to each egress queue. Kept to what every packet needs: each table and primitive costs BMv2 per
- * packet (bench/bench_dataplane.py). */
+ * per-port/class counter of packets handed to each egress queue. Kept to what every packet needs: each
+ * table and primitive costs BMv2 per packet (bench/bench_dataplane.py). */
 #ifndef PCN_INGRESS_P4
 #define PCN_INGRESS_P4
 

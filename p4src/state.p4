@@ -30,8 +30,8 @@ register<bit<8>>(MAX_PORTS) active_job;
 register<bit<32>>(MAX_PORTS) active_gap_us;
 register<bit<1>>(MAX_PORTS) end_reported;
 
-/* First served (ingress.p4's first_served): the DDL job whose burst towards each port started first and is under
- * way (its last data packet came less than its G ago), and that G. */
+/* First served (ingress.p4's first_served): the DDL job whose burst towards each port started first and
+ * is under way (its last data packet came less than its G ago), and that G. */
 register<bit<8>>(MAX_PORTS) first_job;
 register<bit<32>>(MAX_PORTS) first_gap_us;
 

@@ -1,7 +1,7 @@
 """A real BMv2 switch running p4src/pcn.p4 between three hosts, for data-plane tests.
 
-h1 sends background traffic, h2 DDL traffic (job 1), both to h3 (`jobs` makes other hosts' traffic DDL); the port towards h3 drains slowly
-(its BMv2 queue rate is lowered) so a queue builds; m1 is the switch's monitor host, where the queue
+h1 sends background traffic, h2 DDL traffic (job 1), both to h3 (`jobs` makes other hosts' traffic DDL);
+the port towards h3 drains slowly (its BMv2 queue rate is lowered) so a queue builds; m1 is the switch's monitor host, where the queue
 log collector runs on the telemetry clones.
 """
 
